@@ -1,0 +1,179 @@
+"""Model loading for every script, and the tiny offline model used by tests and the smoke run.
+
+`load_model(spec)` takes
+  - "tiny": a random 2-layer Qwen3-architecture model with a small byte-level BPE tokenizer, both
+    built in code (no download) and passed through the real save_pretrained / from_pretrained path;
+  - a path to a `.gguf` file (needs the optional `gguf` package; transformers dequantizes it);
+  - a local folder or a Hugging Face hub name (`AutoModelForCausalLM`).
+It returns (model, tokenizer) in eval mode with frozen weights: bf16 on CUDA, fp32 on CPU.
+
+`chat_ids(tokenizer, text)` renders one user message with the model's chat template and Qwen3's
+thinking disabled (an empty think block prefilled, as the reference does), and `stop_ids` lists
+the token ids that end a turn. Left out: quantized training, multi-GPU sharding, system prompts.
+"""
+import os
+import re
+import socket
+import tempfile
+
+import torch
+import transformers
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+transformers.utils.logging.disable_progress_bar()  # per-shard bars drown the training bar
+
+TINY = "tiny"
+DEFAULT_MODEL = "Qwen/Qwen3-0.6B"  # the reference's smallest scale
+SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"]
+
+# Qwen3's chat template, reduced to what we use: user/assistant/system turns and the generation
+# prompt. With enable_thinking=False the assistant turn opens with an empty think block, exactly as
+# Qwen3 renders it; later turns of a conversation are plain text (our workflows are single-turn).
+CHAT_TEMPLATE = (
+    "{%- for message in messages -%}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' -}}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}"
+    "{{- '<|im_start|>assistant\\n' -}}"
+    "{%- if enable_thinking is defined and enable_thinking is false -%}"
+    "{{- '<think>\\n\\n</think>\\n\\n' -}}"
+    "{%- endif -%}"
+    "{%- endif -%}"
+)
+
+# Text the tiny tokenizer's merges are learned from: words our prompts and answers use, so that
+# prompts are tens of tokens rather than hundreds of bytes.
+_CORPUS = """Solve the following math problem step by step. Put the final answer in \\boxed{}.
+Write a Python function that solves the task. Put the code in one ```python block.
+You are reviewing a solution. End with \\boxed{Correct} or \\boxed{Incorrect} and the main issue.
+Solution 1 Solution 2 Solution 3. Pick the best solution with \\boxed{N}. STRATEGY 1: STRATEGY 2:
+Propose different strategies. Use the strategy to solve the problem. Compare the solutions.
+def return for in range if else elif while import print assert len sum max min list dict str int
+The store sells apples and oranges. Each box has 12 eggs. She buys 3 more and gives away 5.
+How many does he have left? What is the total cost in dollars? per hour, every day, each week.
+0 1 2 3 4 5 6 7 8 9 10 11 12 15 20 24 25 30 48 50 60 100 1000 + - * / = ( ) [ ] { } , . : ;
+"""
+
+
+def _tiny_tokenizer():
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=SPECIALS, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator([_CORPUS] * 4, trainer)
+    fast = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    fast.chat_template = CHAT_TEMPLATE
+    return fast
+
+
+def build_tiny(path, seed=0):
+    """Write the tiny model and tokenizer to `path` with save_pretrained. Deterministic for `seed`."""
+    tok = _tiny_tokenizer()
+    config = transformers.Qwen3Config(
+        vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=4096,
+        tie_word_embeddings=True, initializer_range=0.2, bos_token_id=None, pad_token_id=tok.pad_token_id,
+        eos_token_id=[tok.convert_tokens_to_ids("<|im_end|>"), tok.pad_token_id])
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = transformers.Qwen3ForCausalLM(config)
+    model.generation_config.eos_token_id = config.eos_token_id
+    model.generation_config.pad_token_id = tok.pad_token_id
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+
+
+def _hub_reachable(timeout=3.0):
+    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false"):
+        return False
+    try:
+        socket.create_connection(("huggingface.co", 443), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
+
+
+def _load_pretrained(spec, dtype):
+    """Local cache first (fast, offline), then the hub if it answers; a clear error otherwise."""
+    try:
+        return (AutoModelForCausalLM.from_pretrained(spec, dtype=dtype, local_files_only=True),
+                AutoTokenizer.from_pretrained(spec, local_files_only=True))
+    except OSError:
+        pass
+    if not _hub_reachable():
+        raise RuntimeError(
+            f"model '{spec}' is not in the local Hugging Face cache and the hub cannot be reached "
+            f"(no network?). Use --model tiny (built-in), a local folder, or a .gguf file.")
+    return (AutoModelForCausalLM.from_pretrained(spec, dtype=dtype),
+            AutoTokenizer.from_pretrained(spec))
+
+
+def load_model(spec=TINY, device=None, dtype=None):
+    """(model, tokenizer) for `spec`, in eval mode with requires_grad False on every weight."""
+    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    dtype = dtype or (torch.bfloat16 if device.type == "cuda" else torch.float32)
+    if spec == TINY:
+        with tempfile.TemporaryDirectory() as tmp:
+            build_tiny(tmp)
+            model = AutoModelForCausalLM.from_pretrained(tmp, dtype=dtype)
+            tok = AutoTokenizer.from_pretrained(tmp)
+    elif spec.endswith(".gguf"):
+        if not os.path.isfile(spec):
+            raise FileNotFoundError(f"no such GGUF file: {spec}")
+        try:
+            import gguf  # noqa: F401  (transformers needs it to read the file)
+        except ImportError:
+            raise RuntimeError("loading a .gguf file needs the optional package: pip install gguf")
+        folder, name = os.path.split(os.path.abspath(spec))
+        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=dtype)
+        tok = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    elif os.path.isdir(spec):
+        model = AutoModelForCausalLM.from_pretrained(spec, dtype=dtype)
+        tok = AutoTokenizer.from_pretrained(spec)
+    elif spec.startswith((".", "/", "~")) or not re.fullmatch(r"[\w.-]+(/[\w.-]+)?", spec):
+        raise FileNotFoundError(f"no such model folder or file: {spec}")
+    else:
+        model, tok = _load_pretrained(spec, dtype)
+    if tok.pad_token_id is None:  # left padding needs a pad id; it is always masked out
+        tok.pad_token = tok.eos_token
+    model.to(device).eval().requires_grad_(False)
+    model.config.use_cache = True
+    return model, tok
+
+
+def load_default_model(spec=None, device=None):
+    """What `--model` means in the scripts: `spec` when given; when omitted, Qwen3-0.6B if it can be
+    loaded, else the tiny model, saying so in one line. Returns (model, tokenizer, spec used)."""
+    if spec is not None:
+        return (*load_model(spec, device), spec)
+    try:
+        return (*load_model(DEFAULT_MODEL, device), DEFAULT_MODEL)
+    except (RuntimeError, OSError) as e:
+        print(f"note: {DEFAULT_MODEL} could not be loaded ({str(e).splitlines()[0][:90]}...); "
+              f"using the built-in tiny model and built-in data instead.", flush=True)
+        return (*load_model(TINY, device), TINY)
+
+
+def chat_ids(tokenizer, text):
+    """Token ids of one user message plus the assistant generation prompt, thinking disabled."""
+    rendered = tokenizer.apply_chat_template(
+        [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True,
+        enable_thinking=False)
+    return tokenizer(rendered, add_special_tokens=False)["input_ids"]
+
+
+def stop_ids(model, tokenizer):
+    """Ids that end an assistant turn: the tokenizer's and generation config's EOS, plus the chat
+    end markers when the vocabulary has them."""
+    ids = {tokenizer.eos_token_id}
+    gen_eos = model.generation_config.eos_token_id
+    ids.update(gen_eos if isinstance(gen_eos, list) else [gen_eos])
+    for t in ("<|im_end|>", "<|endoftext|>"):
+        i = tokenizer.convert_tokens_to_ids(t)
+        if isinstance(i, int) and i != tokenizer.unk_token_id:
+            ids.add(i)
+    ids.discard(None)
+    return sorted(ids)
