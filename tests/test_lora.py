@@ -1,0 +1,241 @@
+"""Tests for lora.py on a tiny random Qwen3 (fp32, CPU, seconds). Run: python -m pytest -q tests/test_lora.py"""
+import copy
+import os
+import sys
+
+import pytest
+import torch
+import torch.nn as nn
+import transformers
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from lora import (LoRALinear, active_adapter, adapter_names, adapter_parameters, adapter_state_dict, add_adapter,
+                  delete_adapter, load_adapter, merge_adapter, save_adapter, set_adapter, use_adapter)
+
+LINEARS = ["down_proj", "gate_proj", "k_proj", "o_proj", "q_proj", "up_proj", "v_proj"]
+
+
+def tiny_model(seed=0, **overrides):
+    torch.manual_seed(seed)
+    cfg = dict(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+               num_key_value_heads=2, head_dim=8, max_position_embeddings=256)
+    return transformers.Qwen3ForCausalLM(transformers.Qwen3Config(**{**cfg, **overrides})).float().eval()
+
+
+def randomize(model, name, seed):
+    """Non-zero A and B, so the adapter actually changes the output."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in adapter_parameters(model, name):
+            p.copy_(torch.randn(p.shape, generator=g) * 0.1)
+
+
+@pytest.fixture
+def ids():
+    return torch.randint(0, 128, (2, 7), generator=torch.Generator().manual_seed(1))
+
+
+def logits(model, ids):
+    with torch.no_grad():
+        return model(ids).logits
+
+
+def test_fresh_adapter_is_exactly_base(ids):
+    model = tiny_model()
+    base = logits(model, ids)
+    assert add_adapter(model, "a", rank=4, alpha=8) == 2 * len(LINEARS)
+    assert active_adapter(model) is None            # adding does not activate
+    set_adapter(model, "a")
+    assert torch.equal(logits(model, ids), base)     # B = 0: same bits, not just close
+    assert isinstance(model.lm_head, nn.Linear) and not isinstance(model.lm_head, LoRALinear)
+    assert all(not p.requires_grad for n, p in model.named_parameters() if "lora_" not in n)
+    A = model.model.layers[0].self_attn.q_proj.lora_A["a"]
+    assert A.dtype == torch.float32 and A.abs().max() <= 1 / 32 ** 0.5 and A.abs().sum() > 0
+
+
+def test_switching_adapters_matches_manual_reference(ids):
+    model = tiny_model()
+    reference = copy.deepcopy(model)                 # plain HF model, never wrapped
+    base = logits(model, ids)
+    add_adapter(model, "a", rank=4, alpha=8)
+    add_adapter(model, "b", rank=2, alpha=16)
+    randomize(model, "a", 1)
+    randomize(model, "b", 2)
+    outs = {}
+    for name in ["a", "b"]:
+        set_adapter(model, name)
+        outs[name] = logits(model, ids)
+        # Reference: hooks on the unwrapped copy add (alpha/r) * x A^T B^T to each linear's output.
+        hooks = []
+        for path, m in model.named_modules():
+            if isinstance(m, LoRALinear):
+                A, B, s = m.lora_A[name].detach(), m.lora_B[name].detach(), m.scaling(name)
+                hooks.append(reference.get_submodule(path).register_forward_hook(
+                    lambda mod, inp, out, A=A, B=B, s=s: out + s * (inp[0] @ A.T @ B.T)))
+        expected = logits(reference, ids)
+        for h in hooks:
+            h.remove()
+        torch.testing.assert_close(outs[name], expected, atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(outs["a"], base) and not torch.allclose(outs["b"], base)
+    assert not torch.allclose(outs["a"], outs["b"])
+    set_adapter(model, None)
+    assert torch.equal(logits(model, ids), base)
+    with use_adapter(model, "b"):
+        assert torch.equal(logits(model, ids), outs["b"])
+        with use_adapter(model, "a"):
+            assert active_adapter(model) == "a"
+        assert active_adapter(model) == "b"
+    assert active_adapter(model) is None
+    with pytest.raises(ValueError, match=r"unknown adapter 'c'.*\['a', 'b'\]"):
+        set_adapter(model, "c")
+
+
+def test_gradients_reach_only_the_active_adapter(ids):
+    model = tiny_model()
+    add_adapter(model, "a", rank=4)
+    add_adapter(model, "b", rank=4)
+    randomize(model, "a", 1)
+    randomize(model, "b", 2)
+    model.train()
+    set_adapter(model, "a")
+    model(ids).logits.float().pow(2).mean().backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in adapter_parameters(model, "a"))
+    assert all(p.grad is None and not p.requires_grad for p in adapter_parameters(model, "b"))
+    assert all(p.grad is None and not p.requires_grad for n, p in model.named_parameters() if "lora_" not in n)
+    set_adapter(model, "b")
+    assert all(p.requires_grad for p in adapter_parameters(model, "b"))
+    assert not any(p.requires_grad for p in adapter_parameters(model, "a"))
+    assert [n for n, p in model.named_parameters() if p.requires_grad] == \
+        [n for n, _ in model.named_parameters() if n.endswith(".b") and "lora_" in n]
+
+
+def test_targets_restrict_wrapping(ids):
+    model = tiny_model()
+    base = logits(model, ids)
+    assert add_adapter(model, "qv", rank=4, targets=["q_proj", "v_proj"]) == 4
+    attn, mlp = model.model.layers[0].self_attn, model.model.layers[0].mlp
+    assert isinstance(attn.q_proj, LoRALinear) and isinstance(attn.v_proj, LoRALinear)
+    assert type(attn.k_proj) is nn.Linear and type(mlp.up_proj) is nn.Linear
+    with pytest.raises(ValueError, match="unknown LoRA target.*qproj.*q_proj"):
+        add_adapter(model, "bad", targets=["qproj"])
+    assert adapter_names(model) == ["qv"]
+    # A second adapter on all layers wraps the rest; "qv" stays on q/v only.
+    assert add_adapter(model, "all", rank=4) == 14
+    assert len(adapter_parameters(model, "qv")) == 2 * 4 and len(adapter_parameters(model, "all")) == 2 * 14
+    randomize(model, "qv", 3)
+    set_adapter(model, "qv")                         # layers without "qv" return their base output
+    assert not torch.allclose(logits(model, ids), base)
+    with use_adapter(model, "all"):                  # "all" still has B = 0
+        assert torch.equal(logits(model, ids), base)
+
+
+def test_save_load_round_trip_is_exact(ids, tmp_path):
+    model = tiny_model()
+    add_adapter(model, "generator", rank=4, alpha=8, targets=["q_proj", "o_proj", "down_proj"])
+    randomize(model, "generator", 4)
+    path = str(tmp_path / "ckpt" / "generator.safetensors")
+    save_adapter(model, "generator", path, metadata={"step": 3, "role": "generator"})
+    assert os.listdir(tmp_path / "ckpt") == ["generator.safetensors"]   # no tmp file left behind
+    with use_adapter(model, "generator"):
+        expected = logits(model, ids)
+    sd = adapter_state_dict(model, "generator")
+    assert "model.layers.0.self_attn.q_proj.lora_A" in sd and len(sd) == 2 * 6
+
+    meta = load_adapter(model, "evaluator", path)    # into another name in the same model
+    assert meta["step"] == "3" and meta["rank"] == "4" and meta["targets"] == '["down_proj", "o_proj", "q_proj"]'
+    assert all(torch.equal(v, adapter_state_dict(model, "evaluator")[k]) for k, v in sd.items())
+    with use_adapter(model, "evaluator"):
+        assert torch.equal(logits(model, ids), expected)
+
+    fresh = tiny_model()                             # into a fresh model (same base weights)
+    load_adapter(fresh, "generator", path)
+    assert adapter_state_dict(fresh, "generator").keys() == sd.keys()
+    set_adapter(fresh, "generator")
+    assert torch.equal(logits(fresh, ids), expected)
+
+    randomize(model, "evaluator", 5)                 # into an existing adapter overwrites it
+    load_adapter(model, "evaluator", path)
+    assert all(torch.equal(v, adapter_state_dict(model, "evaluator")[k]) for k, v in sd.items())
+
+
+def test_load_into_mismatched_model_is_a_clear_error(tmp_path):
+    model = tiny_model()
+    add_adapter(model, "a", rank=4)
+    path = str(tmp_path / "a.safetensors")
+    save_adapter(model, "a", path)
+    wider = tiny_model(hidden_size=48)
+    with pytest.raises(ValueError, match=r"a\.safetensors does not fit.*shape"):
+        load_adapter(wider, "a", path)
+    assert adapter_names(wider) == []                # no half-made adapter left behind
+    deeper = tiny_model(num_hidden_layers=3)
+    with pytest.raises(ValueError, match=r"a\.safetensors does not fit.*missing keys"):
+        load_adapter(deeper, "a", path)
+    add_adapter(model, "r8", rank=8)
+    with pytest.raises(ValueError, match=r"a\.safetensors has rank 4"):
+        load_adapter(model, "r8", path)
+    with pytest.raises(ValueError, match="reserved"):
+        save_adapter(model, "a", path, metadata={"rank": 1})
+
+
+def test_merge_equals_unmerged(ids):
+    """Merged vs unmerged logits agree to atol 1e-5 in fp32 (only the summation order differs)."""
+    model = tiny_model()
+    add_adapter(model, "a", rank=4, alpha=8)
+    add_adapter(model, "b", rank=4, targets=["v_proj"])
+    randomize(model, "a", 6)
+    set_adapter(model, "a")
+    expected = logits(model, ids)
+    assert merge_adapter(model, "a") == 14
+    assert not any(isinstance(m, LoRALinear) for m in model.modules())
+    assert type(model.model.layers[1].mlp.down_proj) is nn.Linear
+    assert "model.layers.0.self_attn.q_proj.weight" in model.state_dict()   # plain HF keys again
+    torch.testing.assert_close(logits(model, ids), expected, atol=1e-5, rtol=0)
+
+
+def test_eval_and_set_adapter_never_merge(ids):
+    model = tiny_model()
+    add_adapter(model, "a", rank=4)
+    randomize(model, "a", 7)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    set_adapter(model, "a")
+    model.train()
+    model.eval()
+    set_adapter(model, None)
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())
+
+
+def test_dropout_only_in_train_mode(ids):
+    model = tiny_model()
+    add_adapter(model, "d", rank=4, dropout=0.5)
+    randomize(model, "d", 8)
+    set_adapter(model, "d")
+    model.eval()
+    assert torch.equal(logits(model, ids), logits(model, ids))
+    model.train()
+    torch.manual_seed(0)
+    assert not torch.allclose(logits(model, ids), logits(model, ids))
+    set_adapter(model, None)                         # no adapter: no dropout either
+    assert torch.equal(logits(model, ids), logits(model, ids))
+
+
+def test_bf16_model_keeps_fp32_master_weights(ids):
+    model = tiny_model().to(torch.bfloat16)
+    add_adapter(model, "a", rank=4)
+    randomize(model, "a", 9)
+    set_adapter(model, "a")
+    out = model(ids).logits
+    assert out.dtype == torch.bfloat16
+    out.float().pow(2).mean().backward()
+    assert all(p.dtype == torch.float32 and p.grad.dtype == torch.float32 for p in adapter_parameters(model, "a"))
+
+
+def test_seeded_init_and_delete():
+    m1, m2 = tiny_model(), tiny_model()
+    add_adapter(m1, "a", rank=4, generator=torch.Generator().manual_seed(0))
+    add_adapter(m2, "a", rank=4, generator=torch.Generator().manual_seed(0))
+    assert all(torch.equal(v, adapter_state_dict(m2, "a")[k]) for k, v in adapter_state_dict(m1, "a").items())
+    with pytest.raises(ValueError, match="already exists"):
+        add_adapter(m1, "a")
+    set_adapter(m1, "a")
+    delete_adapter(m1, "a")
+    assert adapter_names(m1) == [] and active_adapter(m1) is None
