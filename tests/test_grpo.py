@@ -1,0 +1,152 @@
+"""GRPO math against hand-computed values, and the properties other RL libraries got wrong:
+micro-batching does not change the gradient, groups are explicit, only sampled tokens count."""
+import math
+
+import pytest
+import torch
+
+import grpo
+import lora
+from models import chat_ids, stop_ids
+from sampler import sample
+
+
+def test_group_advantages_by_hand():
+    keys = [("p1", "g")] * 4 + [("p2", "g")] * 2 + [("p3", "g")]
+    rewards = [1, 0, 0, 0, 1, 1, 1]
+    adv, singletons = grpo.group_advantages(keys, rewards, eps=0.0)
+    std = math.sqrt((0.75 ** 2 + 3 * 0.25 ** 2) / 3)  # unbiased, as torch.std / verl
+    assert adv[:4] == pytest.approx([0.75 / std, -0.25 / std, -0.25 / std, -0.25 / std])
+    assert adv[4:6] == [0.0, 0.0]        # equal rewards: no signal
+    assert adv[6] == 0.0 and singletons == 1  # a group of one never becomes a raw reward
+    mean_only, _ = grpo.group_advantages(keys, rewards, scale=False)
+    assert mean_only[:4] == pytest.approx([0.75, -0.25, -0.25, -0.25])
+
+
+def test_token_loss_hand_computed():
+    lp = torch.tensor([-1.0, -2.0, -0.5, -3.0])
+    old = torch.tensor([-1.0, -2.5, -0.1, -1.0])
+    adv = torch.tensor([1.0, 1.0, -2.0, -2.0])
+    loss, clipped, kl = grpo.token_loss(lp, old, adv, clip_low=0.2, clip_high=0.28, dual_clip=3.0)
+    r = [1.0, math.exp(0.5), math.exp(-0.4), math.exp(-2.0)]
+    # token 0: ratio 1 -> -A r = -1. token 1: ratio 1.65 > 1.28, A>0: max(-1.65, -1.28) = -1.28 (clipped).
+    # token 2: ratio 0.67 < 0.8, A<0: max(2*0.67, 2*0.8) = 1.6 (clipped). token 3: ratio 0.135, A<0:
+    # max(0.27, 1.6) = 1.6 under the dual cap 6.
+    expect = [-1.0, -1.28, 1.6, 1.6]
+    assert loss.tolist() == pytest.approx(expect, abs=1e-6)
+    assert clipped.tolist() == [False, True, True, True]
+    assert r[1] > 1.28 and r[2] < 0.8 and kl.abs().sum() == 0
+    # dual clip engages when A < 0 and the ratio is huge: the loss is capped at -A * 3
+    big, cl, _ = grpo.token_loss(torch.tensor([0.0]), torch.tensor([-5.0]), torch.tensor([-1.0]))
+    assert big.item() == pytest.approx(3.0) and cl.item()
+    # weighted batch loss with seq-mean-token-mean: rows of 1 and 3 tokens weigh 1/2 each
+    w, shares = grpo.token_weights(["a", "b"], [1, 3])
+    flat = torch.tensor([w[0]] + [w[1]] * 3)
+    assert (flat * loss).sum().item() == pytest.approx(0.5 * -1.0 + 0.5 * (-1.28 + 1.6 + 1.6) / 3)
+    assert shares == pytest.approx({"a": 0.5, "b": 0.5})
+
+
+def test_k3_kl_is_zero_at_equal_logprobs_and_positive_otherwise():
+    lp = torch.tensor([-1.0, -2.0])
+    _, _, kl = grpo.token_loss(lp, lp, torch.zeros(2), ref_logprobs=lp.clone(), kl_coef=torch.ones(2))
+    assert kl.tolist() == [0.0, 0.0]
+    loss, _, kl = grpo.token_loss(lp, lp, torch.zeros(2), ref_logprobs=torch.tensor([-1.5, -1.0]),
+                                  kl_coef=torch.tensor([0.5, 0.0]))
+    d = torch.tensor([-0.5, 1.0])
+    assert kl.tolist() == pytest.approx((d.exp() - d - 1).tolist())
+    assert loss.tolist() == pytest.approx([0.5 * kl[0].item(), 0.0])  # per-row coefficient
+
+
+def test_role_shares_per_aggregation_mode():
+    # one Voting episode: 3 voters (long answers) + 1 aggregator (short answer)
+    roles, lengths = ["generator"] * 3 + ["aggregator"], [30, 30, 30, 10]
+    _, s = grpo.token_weights(roles, lengths, "seq-mean-token-mean")
+    assert s == pytest.approx({"generator": 0.75, "aggregator": 0.25})
+    _, s = grpo.token_weights(roles, lengths, "token-mean")
+    assert s == pytest.approx({"generator": 0.9, "aggregator": 0.1})
+    _, s = grpo.token_weights(roles, lengths, "role-balanced")
+    assert s == pytest.approx({"generator": 0.5, "aggregator": 0.5})
+    _, s = grpo.token_weights(roles, lengths, "seq-mean-token-mean", {"aggregator": 3.0})
+    assert s == pytest.approx({"generator": 0.5, "aggregator": 0.5})
+    w, s = grpo.token_weights(roles, [5, 0, 5, 5])  # an empty row weighs nothing
+    assert w[1] == 0 and sum(s.values()) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="unknown loss aggregation"):
+        grpo.token_weights(roles, lengths, "sum")
+
+
+def test_micro_batches_respect_budget():
+    lengths = [5, 50, 7, 20, 20, 3]
+    batches = grpo.micro_batches(lengths, 40)
+    assert sorted(i for b in batches for i in b) == list(range(6))
+    for b in batches:
+        assert len(b) == 1 or len(b) * max(lengths[i] for i in b) <= 40
+
+
+def _rollout(model, tok):
+    prompts = [chat_ids(tok, t) for t in ["Add 2 and 3.", "hi", "def f(x):", "Count to five, please"]]
+    outs = sample(model, prompts, n=2, max_new_tokens=12, temperature=1.0, stop_ids=[63, 125],
+                  pad_id=tok.pad_token_id, generator=torch.Generator().manual_seed(3))
+    return [prompts[c.prompt_index] for c in outs], outs
+
+
+def test_recomputed_logprobs_match_sampler(tiny):
+    model, tok = tiny
+    prompts, outs = _rollout(model, tok)
+    with torch.no_grad():
+        lps, ents = grpo.completion_logprobs(model, prompts, [c.tokens for c in outs], temperature=1.0)
+    for lp, ent, c in zip(lps, ents, outs):
+        torch.testing.assert_close(lp, torch.tensor(c.logprobs), atol=1e-4, rtol=0)
+        assert (ent >= 0).all() and ent.shape == lp.shape
+
+
+@pytest.mark.parametrize("mode", grpo.AGGREGATIONS)
+def test_micro_batching_does_not_change_the_gradient(tiny, mode):
+    model, tok = tiny
+    prompts, outs = _rollout(model, tok)
+    comps = [c.tokens for c in outs]
+    roles = ["generator", "evaluator"] * 4
+    adv = [1.0, -0.5, 0.3, -1.2, 0.0, 2.0, -0.7, 0.4]
+    if "mb" not in lora.adapter_names(model):
+        lora.add_adapter(model, "mb", rank=4, alpha=8, generator=torch.Generator().manual_seed(0))
+        for p in lora.adapter_parameters(model, "mb"):  # non-zero B so the adapter matters
+            torch.nn.init.normal_(p, std=0.05)
+    lora.set_adapter(model, "mb")
+    with torch.no_grad():
+        old = grpo.completion_logprobs(model, prompts, comps)[0]
+    weights, _ = grpo.token_weights(roles, [len(c) for c in comps], mode)
+
+    def grad(batches):
+        params = lora.adapter_parameters(model, "mb")
+        for p in params:
+            p.grad = None
+        for b in batches:
+            lps, _ = grpo.completion_logprobs(model, [prompts[i] for i in b], [comps[i] for i in b])
+            n = torch.tensor([len(comps[i]) for i in b])
+            rep = lambda v: torch.repeat_interleave(torch.tensor([v[i] for i in b]), n)
+            # perturb the old log-probs so ratios differ from 1 and clipping takes part
+            loss_t, _, _ = grpo.token_loss(torch.cat(lps), torch.cat([old[i] - 0.3 * (i % 3 - 1) for i in b]),
+                                           rep(adv))
+            (rep(weights) * loss_t).sum().backward()
+        return torch.cat([p.grad.flatten() for p in params])
+
+    full = grad([list(range(8))])
+    split = grad(grpo.micro_batches([len(c) for c in comps], token_budget=20))
+    assert full.abs().sum() > 0
+    torch.testing.assert_close(split, full, atol=1e-6, rtol=1e-4)
+    lora.set_adapter(model, None)
+
+
+def test_zero_advantages_give_zero_gradient_and_mask_is_completion_only(tiny):
+    model, tok = tiny
+    prompts, outs = _rollout(model, tok)
+    comps = [c.tokens for c in outs]
+    if "z" not in lora.adapter_names(model):
+        lora.add_adapter(model, "z", rank=4, alpha=8)
+    lora.set_adapter(model, "z")
+    lps, _ = grpo.completion_logprobs(model, prompts, comps)
+    lp = torch.cat(lps)
+    assert lp.numel() == sum(len(c) for c in comps)  # one log-prob per sampled token, no prompt/pad
+    loss, _, _ = grpo.token_loss(lp, lp.detach(), torch.zeros_like(lp))
+    loss.sum().backward()
+    assert all(p.grad is None or p.grad.abs().sum() == 0 for p in lora.adapter_parameters(model, "z"))
+    lora.set_adapter(model, None)
