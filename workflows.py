@@ -1,0 +1,392 @@
+"""The four workflows of the paper (single agent, Eval-Opt, Voting, Orch-Workers) for math and code,
+run as lock-step batches of episodes, and the records (Turn, Episode) that training consumes.
+
+`run_workflow(workflow, problems, group_size, policy)` rolls out every problem `group_size` times.
+All episodes advance together: each stage is ONE call `policy(role, texts)` over every episode still
+active at that stage (all first generator calls, then all evaluator calls, then the retries of the
+episodes not approved, ...), so a stage is one batched sampler call under one adapter.
+`make_policy` builds that callable from a model: it renders each text as one chat user message
+(thinking disabled), activates the adapter `adapters[role]` and samples. Train and eval share
+this code; they differ only in the adapters mapping (SP {r: "shared"}, IP {r: r}, base {r: None},
+single-agent transfer {r: "generator"}).
+
+The final answer is graded with `rewards.grade` and its 0/1 is copied to every turn (the reference's
+outcome broadcast: no role gets its own credit). With `diagnose=True` the intermediate answers are
+graded too (each Eval-Opt attempt, each voter, each worker) to fill `Turn.correct` and
+`facts["any_candidate_correct"]`: for logging only, never for training.
+
+Over-long prompts (the one rule): a prompt longer than `max_prompt_tokens` is not sampled and gives
+no turn, and the episode stops there with facts["prompt_too_long"] = True. Its final answer is the
+latest one it has: in Eval-Opt the last generator attempt, graded as usual. An episode with no answer
+yet (its first generator, voter, orchestrator, aggregator or synthesizer prompt was too long) gets
+reward 0 and status "prompt_too_long". Workers whose prompt is too long are dropped and the
+synthesizer compares the rest; with none left the episode has no answer (reward 0).
+
+Left out: multi-turn chat (every call is a fresh single user message holding the whole history, as in
+the reference), system prompts, tools, per-role rewards, asynchronous or early-exit scheduling.
+Tests: python -m pytest -q tests/test_workflows.py
+"""
+import re
+from dataclasses import dataclass, field
+
+import lora
+import rewards
+from models import chat_ids, stop_ids
+from sampler import sample
+
+# ----------------------------------------------------------------------------- prompts
+# Our own words. Fields: {problem} the problem text, {history} attempts and reviews so far,
+# {solutions} numbered candidate solutions, {n} how many, {k} max strategies, {strategy} one strategy.
+_MATH_ANSWER = "Reason step by step, then give the final answer in \\boxed{{}}."
+_CODE_ANSWER = "Put your complete solution in a single ```python code block."
+PROMPTS = {
+    "math": {
+        "generator": "Solve the following math problem. " + _MATH_ANSWER + "\n\nProblem: {problem}",
+        "retry": "Solve the following math problem. " + _MATH_ANSWER + "\n\nProblem: {problem}\n\n"
+                 "Your earlier attempts and a reviewer's feedback on them:\n\n{history}\n\n"
+                 "Write a new, complete solution that fixes the issues the reviewer raised. " + _MATH_ANSWER,
+        "evaluator": "You are reviewing a solution to a math problem.\n\nProblem: {problem}\n\n{history}\n\n"
+                     "Check the latest attempt carefully. If its final answer is right, end with "
+                     "\\boxed{{Correct}}. Otherwise state the main issue in one or two sentences, without "
+                     "giving the answer, and end with \\boxed{{Incorrect}}.",
+        "aggregator": "Here are {n} solutions to the same math problem.\n\nProblem: {problem}\n\n{solutions}\n\n"
+                      "Compare them and decide which one is most likely correct. End with \\boxed{{N}}, "
+                      "where N is the number of the best solution (1 to {n}).",
+        "orchestrator": "Propose up to {k} different strategies for solving the math problem below. Do not "
+                        "solve it. Write each strategy on its own line as 'STRATEGY 1: ...', "
+                        "'STRATEGY 2: ...', and so on.\n\nProblem: {problem}",
+        "worker": "Solve the following math problem using the given strategy. " + _MATH_ANSWER +
+                  "\n\nProblem: {problem}\n\nStrategy: {strategy}",
+        "synthesizer": "Below are {n} solution(s) to the same math problem, each following a different "
+                       "strategy.\n\nProblem: {problem}\n\n{solutions}\n\nCompare them, resolve any "
+                       "disagreement, and write the final solution. " + _MATH_ANSWER,
+    },
+    "code": {
+        "generator": "Solve the following programming task in Python. " + _CODE_ANSWER + "\n\nTask: {problem}",
+        "retry": "Solve the following programming task in Python. " + _CODE_ANSWER + "\n\nTask: {problem}\n\n"
+                 "Your earlier attempts and a reviewer's feedback on them:\n\n{history}\n\n"
+                 "Write a new, complete solution that fixes the issues the reviewer raised. " + _CODE_ANSWER,
+        "evaluator": "You are reviewing a Python solution to a programming task.\n\nTask: {problem}\n\n"
+                     "{history}\n\nCheck the latest attempt carefully: does it solve the task on every "
+                     "input? If yes, end with \\boxed{{Correct}}. Otherwise state the main issue in one or "
+                     "two sentences, without writing the fixed code, and end with \\boxed{{Incorrect}}.",
+        "aggregator": "Here are {n} Python solutions to the same programming task.\n\nTask: {problem}\n\n"
+                      "{solutions}\n\nCompare them and decide which one is most likely correct. End with "
+                      "\\boxed{{N}}, where N is the number of the best solution (1 to {n}).",
+        "orchestrator": "Propose up to {k} different strategies (algorithms or approaches) for the "
+                        "programming task below. Do not write code. Write each strategy on its own line "
+                        "as 'STRATEGY 1: ...', 'STRATEGY 2: ...', and so on.\n\nTask: {problem}",
+        "worker": "Solve the following programming task in Python using the given strategy. " +
+                  _CODE_ANSWER + "\n\nTask: {problem}\n\nStrategy: {strategy}",
+        "synthesizer": "Below are {n} Python solution(s) to the same programming task, each following "
+                       "a different strategy.\n\nTask: {problem}\n\n{solutions}\n\nCompare them, fix any "
+                       "mistakes, and write the final program. " + _CODE_ANSWER,
+    },
+}
+ATTEMPT, REVIEW, SOLUTION = "Attempt {k}:\n{text}", "Review of attempt {k}:\n{text}", "Solution {k}:\n{text}"
+
+ROLES = {"single": ["generator"], "evalopt": ["generator", "evaluator"],
+         "voting": ["generator", "aggregator"], "orchworkers": ["orchestrator", "worker", "synthesizer"]}
+DEFAULT_ROUNDS = {"math": 3, "code": 2}  # Eval-Opt generator attempts, as the reference
+ANSWER_ROLES = ("generator", "worker")  # turns that are a full answer (graded when diagnosing)
+
+
+# ----------------------------------------------------------------------------- parsers (pure)
+
+_VERDICT = re.compile(r"\\boxed\{\s*(?:\\text(?:bf)?\{\s*)?(correct|incorrect)\s*\}?\s*\}", re.I)
+_BOXED_INT = re.compile(r"\\boxed\{\s*(?:\\text\{\s*)?(?:solution\s*)?(\d+)\s*\}?\s*\}", re.I)
+_STRATEGY = re.compile(r"^[ \t*#>_-]*strategy[ \t]*\d+[ \t*]*[:.)-][ \t*]*(\S.*?)[ \t*]*$", re.I | re.M)
+_LIST_ITEM = re.compile(r"^[ \t]*(?:\(?\d+[.)]|[-*\u2022])[ \t]+(\S.*?)[ \t]*$", re.M)
+
+
+def parse_verdict(text):
+    """'Correct' / 'Incorrect' from the last \\boxed{Correct|Incorrect} (any case, \\text{} allowed);
+    None when there is none (unparseable: the workflow treats it as not approved)."""
+    found = _VERDICT.findall(text)
+    return found[-1].capitalize() if found else None
+
+
+def parse_choice(text, n):
+    """(choice in 1..n, how): the last \\boxed{N} with N in range ('boxed'); else the first number
+    in 1..n anywhere in the text ('digit'); else 1 ('default'), as the reference's fallbacks."""
+    boxed = [int(m) for m in _BOXED_INT.findall(text) if 1 <= int(m) <= n]
+    if boxed:
+        return boxed[-1], "boxed"
+    for m in re.finditer(r"(?<!\d)\d+(?!\d)", text):
+        if 1 <= int(m.group()) <= n:
+            return int(m.group()), "digit"
+    return 1, "default"
+
+
+def parse_strategies(text, max_strategies=3):
+    """(strategies, how), never empty, at most max_strategies: 'STRATEGY k: ...' lines ('tagged');
+    else numbered or bulleted list items ('list'); else lines of 3+ words that do not end with ':'
+    (a heading like 'Here are the strategies:' is not a strategy) ('lines'); else the whole text."""
+    for how, found in (("tagged", _STRATEGY.findall(text)), ("list", _LIST_ITEM.findall(text)),
+                       ("lines", [l.strip() for l in text.splitlines()
+                                  if len(l.split()) >= 3 and not l.strip().endswith(":")])):
+        if found:
+            return found[:max_strategies], how
+    return [text.strip()], "whole"
+
+
+# ----------------------------------------------------------------------------- records
+
+@dataclass
+class Call:
+    """What a policy returns for one text: one sampled chat completion."""
+    prompt_ids: list[int]        # chat-rendered user message + generation prompt
+    completion_ids: list[int]    # sampled ids, the stop id included when finish == "stop"
+    logprobs: list[float]        # sampling log-prob of each completion id
+    finish: str                  # "stop" or "length"
+    text: str                    # completion decoded, special tokens skipped
+
+
+@dataclass
+class Turn:
+    role: str                    # role type = the adapter it trains under IP
+    instance: str                # GRPO group name within a problem (generator0, worker, ...)
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    logprobs: list[float]        # (len(completion_ids),)
+    finish: str
+    text: str
+    reward: float = 0.0          # the episode's reward, copied (outcome broadcast)
+    correct: bool | None = None  # diagnostic only: was this attempt / verdict / pick right
+
+
+@dataclass
+class Episode:
+    """facts: always prompt_too_long. Eval-Opt: rounds (attempts), verdicts ('Correct' / 'Incorrect' /
+    None = unparseable), retried, stopped ('approved' / 'round_limit' / 'prompt_too_long'). Voting:
+    n_candidates, chosen (1-based), choice_parse. Orch-Workers: n_strategies, strategy_parse, n_workers.
+    With diagnose: any_candidate_correct, and attempts_correct + verdict_correct (Eval-Opt),
+    pick_correct (Voting), any_worker_correct (Orch-Workers)."""
+    problem_id: str
+    rollout: int                 # index within its problem's group
+    turns: list[Turn] = field(default_factory=list)
+    final: str | None = None     # the final answer text; None when the episode never got one
+    reward: float = 0.0
+    status: str = ""             # grading status from rewards, or "prompt_too_long"
+    facts: dict = field(default_factory=lambda: {"prompt_too_long": False})
+
+
+# ----------------------------------------------------------------------------- policy
+
+def make_policy(model, tokenizer, adapters, max_new_tokens=512, temperature=0.7, top_p=1.0, top_k=0,
+                max_prompt_tokens=4096, generator=None):
+    """policy(role, texts) -> [Call | None]: each text as one chat user message, all of them sampled
+    in one batched call (n=1) under adapter `adapters[role]`; None for a text whose rendered prompt
+    is longer than max_prompt_tokens (not sampled). max_new_tokens: per call (the reference used
+    5120 math / 2048 code; far less at our scale); max_prompt_tokens: holds an Eval-Opt history of
+    3 attempts + 3 reviews at 512 tokens each. The role's adapter stays active afterwards: trainers
+    set their own before an update."""
+    stops = stop_ids(model, tokenizer)
+
+    def policy(role, texts):
+        name = adapters[role]
+        if lora.adapter_names(model):   # a plain model (no LoRA wrappers) is the base model already
+            lora.set_adapter(model, name)
+        elif name is not None:
+            raise ValueError(f"role {role!r} uses adapter {name!r} but the model has no adapters")
+        prompts = [chat_ids(tokenizer, t) for t in texts]
+        keep = [i for i, p in enumerate(prompts) if len(p) <= max_prompt_tokens]
+        done = sample(model, [prompts[i] for i in keep], n=1, max_new_tokens=max_new_tokens,
+                      temperature=temperature, top_p=top_p, top_k=top_k, stop_ids=stops,
+                      pad_id=tokenizer.pad_token_id, generator=generator)
+        out = [None] * len(texts)
+        for i, c in zip(keep, done):
+            out[i] = Call(prompts[i], c.tokens, c.logprobs, c.finish,
+                          tokenizer.decode(c.tokens, skip_special_tokens=True))
+        return out
+    return policy
+
+
+def _stage(policy, role, episodes, jobs):
+    """One lock-step stage: jobs [(episode index, instance, text)] -> [(episode index, Turn | None)]
+    from ONE policy call; turns are appended to their episodes, None marks a too-long prompt."""
+    if not jobs:
+        return []
+    calls = policy(role, [text for _, _, text in jobs])
+    out = []
+    for (i, instance, _), c in zip(jobs, calls):
+        turn = None
+        if c is None:
+            episodes[i].facts["prompt_too_long"] = True
+        else:
+            turn = Turn(role, instance, c.prompt_ids, c.completion_ids, c.logprobs, c.finish, c.text)
+            episodes[i].turns.append(turn)
+        out.append((i, turn))
+    return out
+
+
+def _numbered(texts, template=SOLUTION):
+    return "\n\n".join(template.format(k=k, text=t) for k, t in enumerate(texts, 1))
+
+
+def _history(attempts, reviews):
+    parts = []
+    for k, a in enumerate(attempts, 1):
+        parts.append(ATTEMPT.format(k=k, text=a))
+        if k <= len(reviews):
+            parts.append(REVIEW.format(k=k, text=reviews[k - 1]))
+    return "\n\n".join(parts)
+
+
+# ----------------------------------------------------------------------------- workflows
+# Each fills episode.turns, .final and .facts; `tasks[i]` picks episode i's prompts.
+
+def _single(eps, probs, tasks, policy, **_):
+    jobs = [(i, "generator", PROMPTS[tasks[i]]["generator"].format(problem=p["prompt"]))
+            for i, p in enumerate(probs)]
+    for i, t in _stage(policy, "generator", eps, jobs):
+        if t is not None:
+            eps[i].final = t.text
+
+
+def _evalopt(eps, probs, tasks, policy, rounds=None, **_):
+    limit = [rounds or DEFAULT_ROUNDS[task] for task in tasks]
+    attempts, reviews = [[] for _ in eps], [[] for _ in eps]
+    for ep in eps:
+        ep.facts.update(verdicts=[], stopped="prompt_too_long")
+    active = list(range(len(eps)))
+    for r in range(max(limit, default=0)):
+        jobs = [(i, "generator", PROMPTS[tasks[i]]["retry" if r else "generator"].format(
+            problem=probs[i]["prompt"], history=_history(attempts[i], reviews[i]))) for i in active]
+        active = []
+        for i, t in _stage(policy, "generator", eps, jobs):
+            if t is not None:  # a too-long retry ends the episode with its previous attempt as final
+                attempts[i].append(t.text)
+                eps[i].final = t.text
+                active.append(i)
+        jobs = [(i, "evaluator", PROMPTS[tasks[i]]["evaluator"].format(
+            problem=probs[i]["prompt"], history=_history(attempts[i], reviews[i]))) for i in active]
+        active = []
+        for i, t in _stage(policy, "evaluator", eps, jobs):
+            if t is None:
+                continue
+            verdict = parse_verdict(t.text)
+            eps[i].facts["verdicts"].append(verdict)
+            reviews[i].append(t.text)
+            if verdict == "Correct":
+                eps[i].facts["stopped"] = "approved"
+            elif r + 1 >= limit[i]:
+                eps[i].facts["stopped"] = "round_limit"
+            else:  # Incorrect or unparseable: retry
+                active.append(i)
+    for i, ep in enumerate(eps):
+        ep.facts.update(rounds=len(attempts[i]), retried=len(attempts[i]) > 1)
+
+
+def _voting(eps, probs, tasks, policy, n_voters=3, **_):
+    jobs = [(i, f"generator{k}", PROMPTS[tasks[i]]["generator"].format(problem=p["prompt"]))
+            for i, p in enumerate(probs) for k in range(n_voters)]
+    candidates = [[] for _ in eps]
+    for i, t in _stage(policy, "generator", eps, jobs):
+        if t is not None:
+            candidates[i].append(t.text)
+    jobs = [(i, "aggregator", PROMPTS[tasks[i]]["aggregator"].format(
+        problem=probs[i]["prompt"], solutions=_numbered(candidates[i]), n=len(candidates[i])))
+        for i in range(len(eps)) if candidates[i]]
+    for i, ep in enumerate(eps):
+        ep.facts["n_candidates"] = len(candidates[i])
+    for i, t in _stage(policy, "aggregator", eps, jobs):
+        if t is not None:
+            choice, how = parse_choice(t.text, len(candidates[i]))
+            eps[i].final = candidates[i][choice - 1]
+            eps[i].facts.update(chosen=choice, choice_parse=how)
+
+
+def _orchworkers(eps, probs, tasks, policy, max_strategies=3, **_):
+    jobs = [(i, "orchestrator", PROMPTS[tasks[i]]["orchestrator"].format(problem=p["prompt"], k=max_strategies))
+            for i, p in enumerate(probs)]
+    strategies = [[] for _ in eps]
+    for ep in eps:
+        ep.facts["n_strategies"] = 0
+    for i, t in _stage(policy, "orchestrator", eps, jobs):
+        if t is not None:
+            strategies[i], how = parse_strategies(t.text, max_strategies)
+            eps[i].facts.update(n_strategies=len(strategies[i]), strategy_parse=how)
+    jobs = [(i, "worker", PROMPTS[tasks[i]]["worker"].format(problem=probs[i]["prompt"], strategy=s))
+            for i in range(len(eps)) for s in strategies[i]]
+    solutions = [[] for _ in eps]
+    for i, t in _stage(policy, "worker", eps, jobs):
+        if t is not None:
+            solutions[i].append(t.text)
+    jobs = [(i, "synthesizer", PROMPTS[tasks[i]]["synthesizer"].format(
+        problem=probs[i]["prompt"], solutions=_numbered(solutions[i]), n=len(solutions[i])))
+        for i in range(len(eps)) if solutions[i]]
+    for i, ep in enumerate(eps):
+        ep.facts["n_workers"] = len(solutions[i])
+    for i, t in _stage(policy, "synthesizer", eps, jobs):
+        if t is not None:
+            eps[i].final = t.text
+
+
+WORKFLOWS = {"single": _single, "evalopt": _evalopt, "voting": _voting, "orchworkers": _orchworkers}
+
+
+# ----------------------------------------------------------------------------- run + grade
+
+def run_workflow(workflow, problems, group_size, policy, task=None, rounds=None, n_voters=3,
+                 max_strategies=3, diagnose=True):
+    """Run len(problems) x group_size episodes of `workflow` in lock-step and grade them.
+    Returns Episodes problem-major, rollout-minor. `task` overrides each problem's "task" for the
+    prompts (grading always follows the problem); `rounds`: Eval-Opt attempts (default 3 math,
+    2 code); `n_voters`: Voting's generators; `max_strategies`: Orch-Workers' cap on workers."""
+    if workflow not in WORKFLOWS:
+        raise ValueError(f"unknown workflow {workflow!r}; choose from {list(WORKFLOWS)}")
+    probs = [p for p in problems for _ in range(group_size)]
+    eps = [Episode(p["id"], g) for p in problems for g in range(group_size)]
+    tasks = [task or p["task"] for p in probs]
+    for t in set(tasks) - set(PROMPTS):
+        raise ValueError(f"unknown task {t!r}; choose from {list(PROMPTS)}")
+    WORKFLOWS[workflow](eps, probs, tasks, policy, rounds=rounds, n_voters=n_voters,
+                        max_strategies=max_strategies)
+    _grade(workflow, eps, probs, diagnose)
+    return eps
+
+
+def _grade(workflow, eps, probs, diagnose):
+    """Grade every final answer, plus (diagnose) every intermediate answer, in ONE rewards.grade call;
+    identical (episode, text) pairs are graded once (code grading runs subprocesses)."""
+    wanted = {(i, ep.final) for i, ep in enumerate(eps) if ep.final is not None}
+    if diagnose:
+        wanted |= {(i, t.text) for i, ep in enumerate(eps) for t in ep.turns if t.role in ANSWER_ROLES}
+    wanted = sorted(wanted)
+    graded = dict(zip(wanted, rewards.grade([text for _, text in wanted], [probs[i] for i, _ in wanted])
+                           if wanted else []))
+    for i, ep in enumerate(eps):
+        if ep.final is None:
+            ep.reward, ep.status = 0.0, "prompt_too_long"
+        else:
+            ep.reward, ep.status = graded[(i, ep.final)]
+            ep.reward = float(ep.reward)
+        for t in ep.turns:
+            t.reward = ep.reward
+        if diagnose:
+            _diagnose(workflow, ep, lambda text: graded[(i, text)][0] > 0)
+
+
+def _diagnose(workflow, ep, right):
+    """Turn.correct from `right(text)` (was this answer graded right?): an answer turn is right when
+    its answer is; a verdict is right when it approves exactly the right attempts (unparseable =
+    not approved, as the workflow acts on it); a pick or synthesis is right when the final answer is.
+    Then per-episode summaries in facts, the keys train.py and eval.py log."""
+    judged = None  # the latest answer turn: what an evaluator judges
+    for t in ep.turns:
+        if t.role in ANSWER_ROLES:
+            t.correct = judged = right(t.text)
+        elif t.role == "evaluator":
+            t.correct = None if judged is None else (parse_verdict(t.text) == "Correct") == judged
+        elif t.role in ("aggregator", "synthesizer"):
+            t.correct = ep.reward > 0
+    answers = [t.correct for t in ep.turns if t.role in ANSWER_ROLES]
+    if workflow == "evalopt":
+        ep.facts.update(attempts_correct=answers,
+                        verdict_correct=[t.correct for t in ep.turns if t.role == "evaluator"])
+    elif workflow == "voting":  # no aggregator turn (prompt too long) = no right pick
+        ep.facts["pick_correct"] = any(t.correct for t in ep.turns if t.role == "aggregator")
+    elif workflow == "orchworkers":
+        ep.facts["any_worker_correct"] = any(answers)
+    ep.facts["any_candidate_correct"] = any(answers)
