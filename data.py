@@ -1,0 +1,275 @@
+"""Task data: problems from JSONL/JSON files, or the built-in default generated offline by our own seeded code.
+
+Every problem is a plain dict, the shape rewards.py consumes:
+  math {"id", "task": "math", "prompt", "answer"}      answer: the gold final answer ("#### 72" -> "72")
+  code {"id", "task": "code", "prompt", "test_code"?, "entry_point"?, "setup_code"?, "io_tests"?, "solution"?}
+test_code: asserts run after the solution (HumanEval's `check` is called on entry_point); setup_code: run before
+the solution; io_tests: [{"input", "output"}] stdin/stdout cases; solution: a reference program when the data has
+one (for tests and benchmarks; never shown to the model). `prompt` is the problem text only: workflows.py owns
+the role instructions (e.g. "put the final answer in \\boxed{}").
+
+Row formats, detected per row by their keys: our own problem dicts ("task"); GSM8K (question, answer with
+"#### N"); MATH-style (problem, answer or a solution with \\boxed{}); DAPO-style (prompt, solution; or prompt
+as chat messages with reward_model.ground_truth); MBPP (text, test_list, test_setup_code); HumanEval (prompt,
+test, entry_point); io-test problems (prompt/question/problem + io_tests, inputs/outputs, or APPS-style
+input_output). MBPP's test_setup_code runs after the solution (it uses the solution's classes), so it goes into
+test_code. Left out: downloading data sets, splitting a user's file (pass separate train/test files).
+"""
+import hashlib
+import json
+import random
+from pathlib import Path
+
+from rewards import last_boxed
+
+
+def _math_answer(value) -> str:
+    s = str(value).strip()
+    if "####" in s:
+        return s.rsplit("####", 1)[1].strip().replace(",", "")  # GSM8K writes 1,000
+    return (last_boxed(s) or s).strip() if "\\boxed" in s or "\\fbox" in s else s
+
+
+def _chat_text(prompt) -> str:
+    if isinstance(prompt, list):  # chat messages: the last user turn is the problem
+        users = [m.get("content", "") for m in prompt if isinstance(m, dict) and m.get("role") == "user"]
+        return users[-1] if users else ""
+    return prompt
+
+
+def _text(row: dict, key: str) -> str:
+    v = row.get(key)
+    if not isinstance(v, str) or not v.strip():
+        raise ValueError(f"field {key!r} must be a non-empty string")
+    return v.replace("\r\n", "\n")
+
+
+def _parse_row(row: dict) -> tuple[str, dict]:
+    """(format name, problem without id) for one raw row; ValueError says what is wrong."""
+    if not isinstance(row, dict):
+        raise ValueError(f"expected a JSON object, got {type(row).__name__}")
+    keys = set(row)
+    if "task" in keys:
+        if row["task"] == "math":
+            return "problem dict", {"task": "math", "prompt": _text(row, "prompt"), "answer": _text(row, "answer")}
+        if row["task"] == "code":
+            p = {"task": "code", "prompt": _text(row, "prompt")}
+            p.update({k: row[k] for k in ("test_code", "entry_point", "setup_code", "io_tests", "solution") if k in row})
+            if not p.get("test_code") and not p.get("io_tests"):
+                raise ValueError("a code problem needs test_code or io_tests")
+            return "problem dict", p
+        raise ValueError(f"task must be 'math' or 'code', got {row['task']!r}")
+    if {"text", "test_list"} <= keys:
+        tests = row["test_list"]
+        if not isinstance(tests, list) or not tests or not all(isinstance(t, str) for t in tests):
+            raise ValueError("field 'test_list' must be a non-empty list of strings")
+        asserts = "\n".join(t.replace("\r\n", "\n") for t in tests)
+        setup = (row.get("test_setup_code") or "").replace("\r\n", "\n")
+        p = {"task": "code", "prompt": f"{_text(row, 'text')}\nYour code should pass these tests:\n\n{asserts}",
+             "test_code": (setup + "\n" if setup.strip() else "") + asserts}
+        if isinstance(row.get("code"), str):
+            p["solution"] = row["code"].replace("\r\n", "\n")
+        return "MBPP", p
+    if {"prompt", "test", "entry_point"} <= keys:
+        prompt = _text(row, "prompt")
+        p = {"task": "code", "prompt": "Complete the following Python function. Write the complete function "
+             f"(signature and body, with any imports it needs).\n\n```python\n{prompt}```",
+             "setup_code": prompt, "test_code": _text(row, "test"), "entry_point": _text(row, "entry_point")}
+        if isinstance(row.get("canonical_solution"), str):
+            p["solution"] = prompt + row["canonical_solution"]
+        return "HumanEval", p
+    io = row.get("io_tests")
+    if io is None and isinstance(row.get("input_output"), str):  # APPS / TACO style
+        io = json.loads(row["input_output"])
+    if io is None and "inputs" in keys and "outputs" in keys:
+        io = row
+    if io is not None:
+        if isinstance(io, dict):
+            ins, outs = io.get("inputs"), io.get("outputs")
+            if not isinstance(ins, list) or not isinstance(outs, list) or len(ins) != len(outs):
+                raise ValueError("inputs and outputs must be lists of the same length")
+            io = [{"input": i, "output": o} for i, o in zip(ins, outs)]
+        if not isinstance(io, list) or not io or not all(
+                isinstance(c, dict) and isinstance(c.get("input"), str) and isinstance(c.get("output"), str) for c in io):
+            raise ValueError("io tests must be a non-empty list of {'input': str, 'output': str}")
+        key = next((k for k in ("prompt", "question", "problem", "description") if k in keys), "prompt")
+        return "io-test", {"task": "code", "prompt": _text(row, key), "io_tests": io}
+    if {"question", "answer"} <= keys:
+        fmt = "GSM8K" if "####" in str(row["answer"]) else "question/answer"
+        return fmt, {"task": "math", "prompt": _text(row, "question"), "answer": _math_answer(row["answer"])}
+    if "problem" in keys and ("answer" in keys or "solution" in keys):
+        answer = row.get("answer")
+        if answer is None:
+            if last_boxed(_text(row, "solution")) is None:
+                raise ValueError("field 'solution' has no \\boxed{} answer")
+            answer = row["solution"]
+        return "MATH", {"task": "math", "prompt": _text(row, "problem"), "answer": _math_answer(answer)}
+    if "prompt" in keys and ("solution" in keys or "reward_model" in keys):
+        gold = row["solution"] if "solution" in keys else (row["reward_model"] or {}).get("ground_truth")
+        prompt = _chat_text(row["prompt"])
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise ValueError("field 'prompt' must be a non-empty string or chat messages with a user turn")
+        return "DAPO", {"task": "math", "prompt": prompt, "answer": _math_answer(gold if gold is not None else "")}
+    raise ValueError(f"unrecognized row with keys {sorted(keys)}; expected GSM8K, MATH, DAPO, MBPP, HumanEval, "
+                     "io-test rows or problem dicts (see data.py)")
+
+
+def load_problems(path: str, task: str | None = None, limit: int | None = None) -> list[dict]:
+    """Problems from a JSONL file (one row per line) or a JSON list; `task` ('math'/'code') checks every row."""
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"{path}: no such data file")
+    text = p.read_text(encoding="utf-8")
+    if p.suffix == ".json" or text.lstrip().startswith("["):
+        try:
+            rows = [(f"item {i}", r) for i, r in enumerate(json.loads(text), 1)]
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}:{e.lineno}: invalid JSON ({e.msg})") from None
+        if not isinstance(json.loads(text), list):
+            raise ValueError(f"{path}: a .json data file must hold a list of rows")
+    else:
+        rows = [(str(i), ln) for i, ln in enumerate(text.splitlines(), 1) if ln.strip()]
+    problems, seen = [], {}
+    for where, row in rows[:limit]:
+        try:
+            if isinstance(row, str):
+                row = json.loads(row)
+            fmt, prob = _parse_row(row)
+            if prob["task"] == "math" and not prob["answer"]:
+                raise ValueError("empty gold answer")
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}:{where}: invalid JSON ({e.msg})") from None
+        except (ValueError, TypeError, AttributeError) as e:
+            raise ValueError(f"{path}:{where}: {e}") from None
+        if task is not None and prob["task"] != task:
+            raise ValueError(f"{path}:{where}: this {fmt} row is a {prob['task']} problem, but task={task!r} was asked for")
+        rid = next((row[k] for k in ("id", "task_id", "problem_id", "unique_id") if k in row), None)
+        prob["id"] = rid if isinstance(rid, str) else f"{p.stem}-{rid if rid is not None else where}"
+        if prob["id"] in seen:  # ids are GRPO group keys: two problems must never share one
+            raise ValueError(f"{path}:{where}: duplicate id {prob['id']!r} (also at {seen[prob['id']]})")
+        seen[prob["id"]] = where
+        problems.append({"id": prob.pop("id"), **prob})
+    return problems
+
+
+# ------------------------------------------------------------------------------------- built-in default
+
+_NAMES = ["Ava", "Ben", "Chloe", "Dev", "Emma", "Farid", "Grace", "Hiro", "Ines", "Jon", "Kemi", "Luis", "Mia", "Noah"]
+_ITEMS = ["apples", "marbles", "stickers", "books", "pencils", "cookies", "shells", "cards", "stamps", "beads"]
+
+
+def _math_problem(r: random.Random) -> tuple[str, int]:
+    """One word problem with 2-4 arithmetic steps and a non-negative integer answer."""
+    n, it = r.choice(_NAMES), r.choice(_ITEMS)
+    a, b, c, d = (r.randint(2, 12) for _ in range(4))
+    k = r.randrange(12)
+    if k == 0:
+        d = r.randint(1, a + b * c)
+        return f"{n} has {a} {it}. {n} buys {b} packs with {c} {it} in each, then gives away {d}. How many {it} does {n} have now?", a + b * c - d
+    if k == 1:
+        c = r.randrange((a * b) % 2, a * b, 2)  # the rest must halve evenly
+        return f"A bakery bakes {a} trays of {b} muffins. It sells {c} muffins in the morning and half of the rest in the afternoon. How many muffins are left?", (a * b - c) // 2
+    if k == 2:
+        d = r.randint(1, a * b * c - 1)
+        return f"{n} earns ${a} an hour, works {b} hours a day for {c} days, and then spends ${d} on a bike. How many dollars does {n} have left?", a * b * c - d
+    if k == 3:
+        c, d = r.randint(0, a * b // 2), r.randint(0, a * b // 2)
+        return f"A hall has {a} rows of {b} seats. {c} seats are broken and {d} people are already seated in working seats. How many working seats are empty?", a * b - c - d
+    if k == 4:
+        return f"{n} reads {a} pages a day for {b} days and then {c} pages a day for {d} days. How many pages does {n} read in total?", a * b + c * d
+    if k == 5:
+        a, c = 10 * a, 10 * c
+        return f"A train travels at {a} km per hour for {b} hours and then at {c} km per hour for {d} hours. How many kilometres does it travel?", a * b + c * d
+    if k == 6:
+        return f"{n} has {a * b} {it} and shares them equally among {b} friends. Each friend then finds {c} more. How many {it} does each friend have?", a + c
+    if k == 7:
+        c = r.randint(2, 4)
+        return f"{n} is {a} years old. {n}'s sister is {b} years older, and their grandmother is {c} times as old as the sister. How old is the grandmother?", (a + b) * c
+    if k == 8:
+        a = b * c + r.randint(0, 50)
+        return f"A tank holds {a} litres of water. It leaks {b} litres every hour for {c} hours, and then {d} litres are added. How many litres are in the tank?", a - b * c + d
+    if k == 9:
+        a *= 4
+        return f"{n} saves ${a} every week for {b} weeks, spends a quarter of the savings, and then earns ${c} more. How many dollars does {n} have?", a * b * 3 // 4 + c
+    if k == 10:
+        return f"A farm has {a} pens with {b} hens in each. Every hen lays {c} eggs a week. How many eggs are laid in {d} weeks?", a * b * c * d
+    bill = (a * b + c * d) // 50 * 50 + 50
+    return f"{n} buys {a} notebooks at ${b} each and {c} pens at ${d} each, and pays with ${bill}. How many dollars of change does {n} get?", bill - a * b - c * d
+
+
+_ints = lambda r: [r.randint(-20, 40) for _ in range(r.randint(0, 8))]
+_nat = lambda r: r.randint(0, 60)
+_word = lambda r: "".join(r.choice("abcdefghij") for _ in range(r.randint(0, 8)))
+_sentence = lambda r: " ".join(_word(r) or "z" for _ in range(r.randint(1, 6)))
+_K = lambda lo, hi: lambda r: {"k": r.randint(lo, hi)}
+_C = lambda r: {"c": r.choice("abcdefghij")}
+
+# (function, argument, what it returns, reference body, parameter sampler, input sampler); {k}/{c} are parameters
+_CODE = [
+    ("add_k", "xs", "a new list with {k} added to every element of the list of integers `xs`", "return [x + {k} for x in xs]", _K(1, 60), _ints),
+    ("count_above", "xs", "how many elements of the list `xs` are greater than {k}", "return sum(1 for x in xs if x > {k})", _K(-10, 30), _ints),
+    ("drop_multiples", "xs", "the elements of `xs` that are not multiples of {k}, in order", "return [x for x in xs if x % {k} != 0]", _K(2, 30), _ints),
+    ("rotate_left", "xs", "the list `xs` rotated left by {k} positions (an empty list stays empty)", "return xs[{k} % len(xs):] + xs[:{k} % len(xs)] if xs else []", _K(1, 30), _ints),
+    ("clamp_all", "xs", "a new list with every element of `xs` clamped to the range [-{k}, {k}]", "return [max(-{k}, min({k}, x)) for x in xs]", _K(1, 30), _ints),
+    ("sum_multiples_below", "n", "the sum of the positive integers below `n` that are multiples of {k}", "return sum(i for i in range(1, n) if i % {k} == 0)", _K(2, 30), _nat),
+    ("repeat_chars", "s", "the string `s` with every character repeated {k} times", "return ''.join(ch * {k} for ch in s)", _K(2, 30), _word),
+    ("caesar", "s", "`s` with every lowercase letter shifted forward {k} places in the alphabet (z wraps to a) and other characters unchanged", "return ''.join(chr((ord(ch) - 97 + {k}) % 26 + 97) if 'a' <= ch <= 'z' else ch for ch in s)", _K(1, 25), _sentence),
+    ("chunks", "xs", "`xs` split into consecutive chunks of length {k} (the last may be shorter), as a list of lists", "return [xs[i:i + {k}] for i in range(0, len(xs), {k})]", _K(1, 30), _ints),
+    ("every_kth", "xs", "every {k}-th element of `xs`, starting with the first", "return xs[::{k}]", _K(2, 30), _ints),
+    ("long_words", "s", "the number of words in `s` (split on spaces) with more than {k} letters", "return sum(1 for w in s.split() if len(w) > {k})", _K(1, 30), _sentence),
+    ("digit_power_sum", "n", "the sum of the decimal digits of the non-negative integer `n`, each raised to the power {k}", "return sum(int(d) ** {k} for d in str(n))", _K(1, 30), _nat),
+    ("first_above", "xs", "the index of the first element of `xs` greater than {k}, or -1 if there is none", "return next((i for i, x in enumerate(xs) if x > {k}), -1)", _K(-10, 30), _ints),
+    ("pad_left", "s", "`s` padded on the left with '*' to length {k} (unchanged if it is already that long)", "return s.rjust({k}, '*')", _K(2, 30), _word),
+    ("count_letter", "s", "how many times the letter '{c}' occurs in `s`", "return s.count('{c}')", _C, _sentence),
+    ("remove_letter", "s", "`s` with every occurrence of the letter '{c}' removed", "return s.replace('{c}', '')", _C, _sentence),
+    ("scale_evens", "xs", "a new list where the even elements of `xs` are multiplied by {k} and the odd ones are unchanged", "return [x * {k} if x % 2 == 0 else x for x in xs]", _K(2, 30), _ints),
+    ("power_sum", "n", "1**{k} + 2**{k} + ... + n**{k} for a non-negative integer `n` (0 when n is 0)", "return sum(i ** {k} for i in range(1, n + 1))", _K(1, 6), _nat),
+    ("mod_counts", "xs", "a list of length {k} whose i-th element counts the elements x of `xs` with x % {k} == i", "return [sum(1 for x in xs if x % {k} == i) for i in range({k})]", _K(2, 30), _ints),
+    ("to_base", "n", "the digits of the non-negative integer `n` in base {k}, most significant first, as a list of ints ([0] for 0)",
+     "digits = []\n    while n:\n        digits.append(n % {k})\n        n //= {k}\n    return digits[::-1] or [0]", _K(2, 30), _nat),
+    ("running_total", "xs", "the running sums of `xs`, each plus {k}", "out, t = [], 0\n    for x in xs:\n        t += x\n        out.append(t + {k})\n    return out", _K(1, 60), _ints),
+    ("max_window_sum", "xs", "the largest sum of {k} consecutive elements of `xs`, or None if `xs` has fewer than {k} elements", "return max((sum(xs[i:i + {k}]) for i in range(len(xs) - {k} + 1)), default=None)", _K(1, 5), _ints),
+]
+
+
+def _fill(s: str, params: dict) -> str:
+    for k, v in params.items():
+        s = s.replace("{" + k + "}", str(v))
+    return s
+
+
+def _code_problem(r: random.Random) -> tuple[str, dict]:
+    """(split key, problem): a small function-writing task; 2 of its 5 asserts are shown in the prompt."""
+    name, arg, what, body, params, inputs = r.choice(_CODE)
+    ps = params(r)
+    src = f"def {name}({arg}):\n    {_fill(body, ps)}\n"
+    ns: dict = {}
+    exec(src, ns)  # our own reference code: computes the expected outputs
+    asserts = [f"assert {name}({x!r}) == {ns[name](x)!r}" for x in (inputs(r) for _ in range(5))]
+    prompt = (f"Write a Python function `{name}({arg})` that returns {_fill(what, ps)}.\n"
+              "Your code should pass these tests:\n\n" + "\n".join(asserts[:2]))
+    return f"{name}{sorted(ps.items())}", {"task": "code", "prompt": prompt, "test_code": "\n".join(asserts),
+                                            "entry_point": name, "solution": src}
+
+
+def builtin_problems(task: str, split: str = "train", n: int = 1000, seed: int = 0) -> list[dict]:
+    """n distinct problems, deterministic for (task, split, seed). A problem's split is a hash of its key (the
+    prompt for math, function + parameters for code), so train and test never overlap, whatever the seeds."""
+    if task not in ("math", "code") or split not in ("train", "test"):
+        raise ValueError(f"builtin_problems: task must be math/code and split train/test, got {task!r}, {split!r}")
+    r, out, seen = random.Random(f"{task}-{split}-{seed}"), [], set()
+    for _ in range(200 * n):
+        if len(out) == n:
+            break
+        if task == "math":
+            prompt, answer = _math_problem(r)
+            key, prob = prompt, {"task": "math", "prompt": prompt, "answer": str(answer)}
+        else:
+            key, prob = _code_problem(r)
+        in_test = int(hashlib.sha1(key.encode()).hexdigest(), 16) % 10 == 0  # 10% of keys are held out
+        if in_test == (split == "test") and prob["prompt"] not in seen:
+            seen.add(prob["prompt"])
+            out.append({"id": f"builtin-{task}-{split}-{seed}-{len(out)}", **prob})
+    if len(out) < n:
+        raise ValueError(f"builtin_problems: only {len(out)} distinct {task}/{split} problems, asked for {n}")
+    return out

@@ -1,0 +1,586 @@
+"""Rewards: math answer checking and sandboxed code execution, the only signal GRPO learns from.
+
+math_reward(completion, answer): 1.0 iff the last \\boxed{...} (or \\fbox, or `\\boxed 5`) of the completion
+equals the gold answer after normalization (spaces, $, \\text{}, units, \\left/\\right, \\dfrac, thousands
+separators, trailing period, degrees, percent), exact numeric comparison (ints, decimals, a/b, \\frac), then
+symbolic comparison (sympy in a helper process with a time limit), element-wise for tuples/intervals/lists.
+code_reward(completion, problem): 1.0 iff the last fenced code block (```python, else any ```) passes every test.
+grade(completions, problems) scores a batch, programs in parallel under a total time budget, and returns
+(reward, status) pairs so the trainer can count how rewards were lost. Everything fails closed (scores 0).
+
+Status values. math: correct | wrong | no_answer (no box, or an empty one) | error (the checker could not decide:
+sympy timed out, or the answer was refused as too large to evaluate, or the gold answer is empty).
+code: pass | fail | timeout (wall clock, CPU limit, or the batch budget ran out) | no_code (no fenced block) |
+error (the problem has no tests, or the sandbox itself failed, e.g. no process could be started).
+
+The sandbox, per program run: a fresh `python -S` in its own session and process group, started in a fresh
+temporary directory with a scrubbed environment. It forks once: the parent (the *intermediate*) keeps the
+caller's identity and only waits and enforces the wall clock, so a program that kills its parent kills only
+that; the child dies with it (PR_SET_PDEATHSIG). The child, when the caller is root, drops to `nobody` (no
+groups) so it cannot signal or read the caller's processes and files; sets rlimits (CPU, address space, file
+size = output cap, NPROC = no new processes or threads, no core dumps, 64 fds); installs an audit hook that
+refuses os.kill, process creation, ctypes, sockets, sys.settrace/setprofile, frame and gc introspection,
+reading /proc, and writing/deleting outside its directory; then runs setup, solution and tests. The tests run
+with the builtins restored to what they were before the solution ran. A pass needs exit status 0 *and* a
+random per-run nonce that the harness writes to a private pipe only after every test ran, so sys.exit(0),
+os._exit(0), SystemExit or killing the parent before the tests cannot pass. stdin/stdout tests are compared
+by the caller, line by line, trailing whitespace ignored. The caller kills the whole group when done.
+
+What the sandbox does NOT protect against (run large-scale untrusted code in a container or VM):
+- Wrong-but-passing answers: an object whose __eq__ always returns True, monkeypatching a library module the
+  tests use (math.isclose = ...), or special-casing the tests, which MBPP shows in the prompt anyway.
+- A program written against this harness: it can still reach the harness's frames (e.g. the frame argument
+  of a signal handler) and forge the nonce; the nonce stops learned shortcuts, not a targeted attack.
+- As a normal (non-root) user the program runs as you: only the audit hook, which a determined program can
+  evade (e.g. os.pidfd_open + signal.pidfd_send_signal are not audited), stands between it and your files,
+  processes and environment. As root the kernel enforces it (uid nobody), but nobody can still read
+  world-readable files and signal other `nobody` processes.
+- Network access is refused only by the audit hook (no network namespace); disk use is bounded per file only.
+- Needs Linux >= 5.3 (pidfd). Without sympy only numeric and string equivalence is used.
+"""
+import json
+import os
+import pwd
+import re
+import secrets
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from fractions import Fraction
+
+TIMEOUT_S = 5.0        # wall-clock seconds per program run (HumanEval's harness uses 3)
+MEMORY_MB = 1024       # address-space limit per program, MiB
+OUTPUT_MB = 16         # cap on stdout/stderr and on any file the program writes, MiB
+SYMPY_TIMEOUT_S = 2.0  # per symbolic comparison; the helper process is killed and restarted past it
+
+
+class _Undecided(Exception):
+    """The checker could not decide (timeout, too large): score 0 with status 'error'."""
+
+
+# ----------------------------------------------------------------------------------------------- math
+
+def last_boxed(text: str) -> str | None:
+    """Content of the last \\boxed{...} / \\fbox{...} (brace-matched) or `\\boxed 5`; None if absent or unclosed."""
+    i = max(text.rfind("\\boxed"), text.rfind("\\fbox"))
+    if i < 0:
+        return None
+    j = i + (6 if text.startswith("\\boxed", i) else 5)
+    if text[j:j + 1] == "{":
+        depth = 0
+        for k in range(j, len(text)):
+            depth += {"{": 1, "}": -1}.get(text[k], 0)
+            if depth == 0:
+                return text[j + 1:k]
+        return None
+    m = re.match(r"\s+([^\s$]+)", text[j:])  # `\boxed 5`: one token
+    return m.group(1) if m else None
+
+
+def _gold(answer: str) -> str:
+    """A gold answer may be a plain value, a GSM8K solution ending in `#### N`, or a solution with a box."""
+    if "####" in answer:
+        return answer.rsplit("####", 1)[1].strip()
+    return last_boxed(answer) or answer if ("\\boxed" in answer or "\\fbox" in answer) else answer
+
+
+_SUBS = [("\\dfrac", "\\frac"), ("\\tfrac", "\\frac"), ("\\cfrac", "\\frac"), ("\\left", ""), ("\\right", ""),
+         ("\\displaystyle", ""), ("\\!", ""), ("\\,", ""), ("\\;", " "), ("\\:", " "), ("\\quad", " "),
+         ("\\ ", " "), ("~", " "), ("\\$", ""), ("$", ""), ("^{\\circ}", ""), ("^\\circ", ""), ("\\circ", ""),
+         ("°", ""), ("\\degree", ""), ("\\{", "{"), ("\\}", "}"), ("{,}", ","), ("\\%", "%"), ("percent", "%")]
+_TEXT = re.compile(r"\\(?:text|textbf|textit|textrm|mathrm|mathbf|mbox|operatorname)\s*\{([^{}]*)\}")
+_UNIT = re.compile(r"(?<=[\d}])\s*(?:sq\.?|square|cubic)?\s*(?:units?|dollars?|cents?|degrees?|cm|mm|km|meters?|"
+                   r"metres?|inches|inch|feet|foot|ft|yards?|miles?|mph|hours?|hrs?|minutes?|mins?|seconds?|"
+                   r"days?|weeks?|months?|years?|kg|grams?|pounds?|lbs?|ounces?|oz|liters?|litres?|ml|gallons?|"
+                   r"points?)(?:\^\{?\d\}?)?\.?\s*$")
+
+
+def _normalize(s: str) -> tuple[str, bool]:
+    """Canonical spelling of an answer (single spaces kept for the LaTeX parser) and whether it was a percentage."""
+    s = s.strip()
+    for a, b in _SUBS:
+        s = s.replace(a, b)
+    while (t := _TEXT.sub(r"\1", s)) != s:
+        s = t
+    pct = "%" in s
+    s = _UNIT.sub("", s.replace("%", "")).strip().rstrip(".").strip()
+    if s.count("=") == 1 and re.match(r"^\\?[a-zA-Z]+(_\{?\w+\}?)?\s*=", s):  # "x = 5" -> "5"
+        s = s.split("=")[1].strip()
+    if re.fullmatch(r"[-+]?\d{1,3}(,\d{3})+(\.\d+)?", s.replace(" ", "")):   # 1,000 -> 1000
+        s = s.replace(",", "").replace(" ", "")
+    return re.sub(r"\s+", " ", s), pct
+
+
+def _depths(s: str):
+    depth = 0
+    for ch in s:
+        depth += 1 if ch in "([{" else -1 if ch in ")]}" else 0
+        yield ch, depth
+
+
+def _balanced(s: str) -> bool:
+    return all(d >= 0 for _, d in _depths(s)) and sum(s.count(c) for c in "([{") == sum(s.count(c) for c in ")]}")
+
+
+def _container(s: str) -> tuple[str, list[str]] | None:
+    """(bracket kind, items) for tuples/intervals/lists/sets; kind '' for a bare comma list."""
+    kind, inner = "", s
+    if len(s) >= 2 and s[0] in "([{" and s[-1] in ")]}" and all(d > 0 for _, d in list(_depths(s))[:-1]):
+        kind, inner = s[0] + s[-1], s[1:-1]
+    items, cur = [], ""
+    for ch, d in _depths(inner):
+        if ch == "," and d == 0:
+            items, cur = items + [cur.strip()], ""
+        else:
+            cur += ch
+    items.append(cur.strip())
+    return (kind, items) if len(items) > 1 else None
+
+
+def _arg(s: str, i: int) -> tuple[str, int]:
+    """One LaTeX argument at s[i:]: a {group}, a \\command or a single character."""
+    while i < len(s) and s[i] == " ":
+        i += 1
+    if i >= len(s):
+        raise ValueError(s)
+    if s[i] == "{":
+        depth = 0
+        for k in range(i, len(s)):
+            depth += {"{": 1, "}": -1}.get(s[k], 0)
+            if depth == 0:
+                return s[i + 1:k], k + 1
+        raise ValueError(s)
+    m = re.match(r"\\[a-zA-Z]+", s[i:])
+    return (m.group(0), i + m.end()) if m else (s[i], i + 1)
+
+
+_NAMES = {"pi": "pi", "infty": "oo", "cdot": "*", "times": "*", "div": "/", "sin": "sin", "cos": "cos",
+          "tan": "tan", "log": "log", "ln": "log", "exp": "exp"}
+
+
+def _latex_to_sympy(s: str) -> str:
+    """Translate the small LaTeX subset answers use into sympy syntax; ValueError for anything else."""
+    out, i = [], 0
+    while i < len(s):
+        if s.startswith("\\frac", i):
+            a, i = _arg(s, i + 5)
+            b, i = _arg(s, i)
+            out.append(f"(({_latex_to_sympy(a)})/({_latex_to_sympy(b)}))")
+        elif s.startswith("\\sqrt", i):
+            n, i = None, i + 5
+            if s[i:i + 1] == "[":
+                j = s.index("]", i)
+                n, i = _latex_to_sympy(s[i + 1:j]), j + 1
+            a, i = _arg(s, i)
+            a = _latex_to_sympy(a)
+            out.append(f"sqrt({a})" if n is None else f"(({a})**(1/({n})))")
+        elif s[i] == "\\":
+            m = re.match(r"\\([a-zA-Z]+)", s[i:])
+            if not m or m.group(1) not in _NAMES:
+                raise ValueError(s)
+            out.append(f" {_NAMES[m.group(1)]} ")
+            i += m.end()
+        else:
+            out.append({"{": "(", "}": ")", "^": "**"}.get(s[i], s[i]))
+            i += 1
+    return "".join(out)
+
+
+def _to_sympy(s: str) -> str | None:
+    """Sympy source for an answer, or None if it is not plain math. The whitelist is what makes it safe to hand
+    to parse_expr (which evals): digits, operators, brackets, known function names and single-letter symbols."""
+    if len(s) > 200:
+        return None
+    try:
+        t = _latex_to_sympy(s)
+    except (ValueError, IndexError):
+        return None
+    if not re.fullmatch(r"[0-9a-zA-Z+\-*/().\s]*", t) or re.search(r"(?<!\d)\.(?!\d)", t):
+        return None
+    if any(len(w) > 1 and w not in ("sqrt", "pi", "oo", "sin", "cos", "tan", "log", "exp")
+           for w in re.findall(r"[a-zA-Z]+", t)):
+        return None
+    if "**" in t and (re.search(r"\*\*\s*\(+[^)]*\*\*", t) or re.search(r"\d{5,}", t)):  # towers, huge powers
+        raise _Undecided("exponent too large to evaluate safely")
+    return t
+
+
+def _number(t: str) -> Fraction | None:
+    u = re.sub(r"[()\s]", "", t)
+    if not re.fullmatch(r"[-+]?(\d+\.?\d*|\.\d+)(/(\d+\.?\d*|\.\d+))?", u):
+        return None
+    num, _, den = u.partition("/")
+    try:
+        return Fraction(num) / Fraction(den or 1)
+    except (ValueError, ZeroDivisionError):
+        return None
+
+
+_SYMPY_WORKER = r"""
+import sys, json, string
+try:
+    import sympy
+    from sympy.parsing.sympy_parser import parse_expr, standard_transformations, implicit_multiplication_application
+except Exception:
+    print("nosympy", flush=True); sys.exit()
+T = standard_transformations + (implicit_multiplication_application,)
+L = {c: sympy.Symbol(c) for c in string.ascii_letters}  # plain symbols: no E, I, N, S, O, Q surprises
+print("ready", flush=True)
+for line in sys.stdin:
+    try:
+        x, y = (parse_expr(s, local_dict=L, transformations=T) for s in json.loads(line))
+        d = sympy.simplify(x - y)
+        ok = d == 0 or (not d.free_symbols and abs(complex(sympy.N(d))) <= 1e-9 * max(1.0, abs(complex(sympy.N(x)))))
+    except Exception:
+        ok = False
+    print(int(bool(ok)), flush=True)
+"""
+
+
+class _Sympy:
+    """A long-lived helper process for sympy: a comparison past the time limit kills it (a limit that works in any
+    thread, unlike signal.alarm), and the next call starts a new one."""
+
+    def __init__(self):
+        self.proc, self.lock, self.missing = None, threading.Lock(), False
+
+    def _readline(self, timeout: float) -> str:
+        poll = select.poll()  # not select(): the caller may hold fds numbered past 1024
+        poll.register(self.proc.stdout, select.POLLIN)
+        if not poll.poll(timeout * 1000):
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+            raise _Undecided("sympy timed out")
+        return self.proc.stdout.readline().strip()
+
+    def equal(self, a: str, b: str) -> bool:
+        with self.lock:
+            if self.missing:
+                return False
+            if self.proc is None or self.proc.poll() is not None:
+                self.proc = subprocess.Popen([sys.executable, "-c", _SYMPY_WORKER], stdin=subprocess.PIPE,
+                                             stdout=subprocess.PIPE, text=True)
+                if self._readline(60.0) != "ready":  # sympy imports in about a second
+                    self.missing, self.proc = True, None
+                    return False
+            try:
+                self.proc.stdin.write(json.dumps([a, b]) + "\n")
+                self.proc.stdin.flush()
+            except OSError:
+                self.proc = None
+                raise _Undecided("sympy helper died")
+            return self._readline(SYMPY_TIMEOUT_S) == "1"
+
+
+_SYMPY = _Sympy()
+
+
+def _equal(p: str, g: str) -> bool:
+    kp, kg = p.replace(" ", ""), g.replace(" ", "")
+    if kp == kg:  # identical text counts only if it is well-formed: two broken answers are never equal
+        return _balanced(kp) and any(c.isalnum() for c in kp)
+    cp, cg = _container(p), _container(g)
+    if cp or cg:
+        if not (cp and cg) or cp[0] != cg[0] or len(cp[1]) != len(cg[1]):
+            return False
+        if cp[0] in ("", "{}"):  # bare lists ("find all x") and sets: order does not matter
+            rest = list(cg[1])
+            for a in cp[1]:
+                j = next((j for j, b in enumerate(rest) if _equal(a, b)), None)
+                if j is None:
+                    return False
+                rest.pop(j)
+            return True
+        return all(_equal(a, b) for a, b in zip(cp[1], cg[1]))  # tuples and intervals: ordered, same brackets
+    tp, tg = _to_sympy(p), _to_sympy(g)
+    if tp is None or tg is None:
+        return False
+    np_, ng = _number(tp), _number(tg)
+    if np_ is not None and ng is not None:
+        return np_ == ng  # exact: 0.5 == 1/2, but 0.33 != 1/3
+    return _SYMPY.equal(tp, tg)
+
+
+def math_check(completion: str, answer: str) -> tuple[float, str]:
+    """(reward, status) of a math completion against a gold answer."""
+    pred = last_boxed(completion)
+    if pred is None or not pred.strip():
+        return 0.0, "no_answer"
+    (p, p_pct), (g, g_pct) = _normalize(pred), _normalize(_gold(answer))
+    if not g:
+        return 0.0, "error"
+    try:
+        ok = _equal(p, g) or (p_pct and not g_pct and (n := _number(p)) is not None and _equal(str(n / 100), g))
+    except _Undecided:
+        return 0.0, "error"
+    return (1.0, "correct") if ok else (0.0, "wrong")
+
+
+def math_reward(completion: str, answer: str) -> float:
+    return math_check(completion, answer)[0]
+
+
+# ----------------------------------------------------------------------------------------------- code
+
+_FENCE = re.compile(r"```[ \t]*([\w+.#-]*)[^\n]*\n(.*?)```", re.S)
+
+
+def extract_code(completion: str) -> str | None:
+    """The last ```python block, else the last fenced block of any language; None if there is none."""
+    blocks = _FENCE.findall(completion)
+    code = ([c for lang, c in blocks if lang.lower() in ("python", "py", "python3")] or [c for _, c in blocks]
+            or [None])[-1]
+    return code if code and code.strip() else None
+
+
+@dataclass
+class ExecResult:
+    status: str              # pass | fail | timeout | error
+    returncode: int | None   # of the intermediate: the program's exit code, 128+signal, or 124 on its timeout
+    stdout: str              # at most OUTPUT_MB
+    stderr: str              # the last 2000 characters, for debugging
+    seconds: float
+
+
+# Runs in the sandbox process. Everything it needs after the program ran is bound to locals first: a program can
+# rebind module globals (import __main__; __main__.exec = ...) but the frames holding these locals are off limits.
+_HARNESS = r"""
+import builtins, ctypes, json, os, resource, signal, sys
+def main():
+    job_path, result_fd = sys.argv[1], int(sys.argv[2])
+    with open(job_path) as f:
+        job = json.load(f)
+    os.remove(job_path)                                   # holds the nonce and the tests
+    sys.path[:] = [p for p in sys.path if p] + job["path"]  # not the cwd: the program could plant math.py there
+    parent, child = os.getpid(), os.fork()
+    if child:   # the intermediate; signal.alarm is fine here: this process is ours, single-threaded and brief
+        os.close(result_fd)
+        expired = []
+        signal.signal(signal.SIGALRM, lambda *_: (expired.append(1), os.kill(child, signal.SIGKILL)))
+        signal.setitimer(signal.ITIMER_REAL, job["timeout"])
+        os.waitid(os.P_PID, child, os.WEXITED | os.WNOWAIT)  # not reaped yet, so a late alarm cannot hit a reused pid
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        code = os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
+        os._exit(124 if expired else code if code >= 0 else 128 - code)
+    libc = ctypes.CDLL(None)
+    if os.geteuid() == 0:
+        # nobody may not be able to enter the directories above Python's (e.g. /root is 0700): reach the import
+        # path through directory fds opened now; /proc/self/fd/N skips the permission checks of the parents
+        fds = {p: "/proc/self/fd/%d" % os.open(p, os.O_RDONLY | os.O_DIRECTORY) for p in sys.path if os.path.isdir(p)}
+        via = lambda p: next((v + p[len(k):] for k, v in fds.items() if p == k or p.startswith(k + os.sep)), p)
+        sys.path[:] = [via(p) for p in sys.path]
+        for m in list(sys.modules.values()):             # packages already imported (collections, encodings)
+            if isinstance(getattr(m, "__path__", None), list):
+                m.__path__[:] = [via(p) for p in m.__path__]
+        os.setgroups([]); os.setgid(job["gid"]); os.setuid(job["uid"])
+    libc.prctl(1, int(signal.SIGKILL))                       # PR_SET_PDEATHSIG; setuid clears it, so after
+    if os.getppid() != parent:
+        os._exit(1)
+    for res, soft, hard in ((resource.RLIMIT_CPU, job["cpu"], job["cpu"] + 1), (resource.RLIMIT_AS, job["mem"], job["mem"]),
+                            (resource.RLIMIT_FSIZE, job["fsize"], job["fsize"]), (resource.RLIMIT_NPROC, 1, 1),
+                            (resource.RLIMIT_CORE, 0, 0), (resource.RLIMIT_NOFILE, 64, 64)):
+        resource.setrlimit(res, (soft, hard))
+    work, realpath, fsdecode, write, exit_, run, is_callable = (os.path.realpath(".") + os.sep, os.path.realpath,
+                                                                os.fsdecode, os.write, os._exit, exec, callable)
+    deny = {"os.kill", "os.killpg", "os.fork", "os.forkpty", "os.exec", "os.posix_spawn", "os.spawn", "os.system",
+            "subprocess.Popen", "resource.prlimit", "sys.settrace", "sys.setprofile", "sys._current_frames",
+            "sys._current_exceptions", "gc.get_objects", "gc.get_referrers", "gc.get_referents"}
+    path_events = {"os.remove": 1, "os.rmdir": 1, "os.mkdir": 1, "os.chmod": 1, "os.chown": 1, "os.utime": 1,
+                   "os.symlink": 1, "os.rename": 2, "os.link": 2, "os.truncate": 0, "shutil.rmtree": 1}
+    wflags = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
+    def inside(p):
+        p = realpath(fsdecode(p))
+        return (p + os.sep).startswith(work) or p == "/dev/null"
+    def hook(event, args):
+        if event in deny or event.startswith(("ctypes.", "socket.")):
+            raise PermissionError("sandbox: " + event)
+        if event == "sys._getframe":
+            raise ValueError("sandbox: no frames")        # namedtuple, typing and enum tolerate ValueError here
+        if event == "object.__getattr__" and args[1] in ("tb_frame", "gi_frame", "cr_frame", "ag_frame"):
+            raise AttributeError("sandbox: no frames")
+        if event == "open" and not isinstance(args[0], int):
+            writes = (isinstance(args[1], str) and any(c in args[1] for c in "wax+")) or (args[2] or 0) & wflags
+            if realpath(fsdecode(args[0])).startswith("/proc/") or (writes and not inside(args[0])):
+                raise PermissionError("sandbox: open " + str(args[0]))
+        elif event in path_events:
+            n = path_events[event]
+            if any(isinstance(a, (str, bytes, os.PathLike)) and not inside(a) for a in args) or \
+                    any(a not in (None, -1) for a in args[len(args) - n:] if n):
+                raise PermissionError("sandbox: " + event)
+    g = {"__name__": "__main__", "__builtins__": builtins}
+    if job["mode"] == "io":                               # a script: SystemExit ends it as usual
+        code = compile(job["code"], "<solution>", "exec")
+        sys.addaudithook(hook)
+        return run(code, g)
+    nonce, ep, check = job.pop("nonce").encode(), job["entry_point"], "def check(" in job["tests"]
+    saved, bdict = dict(builtins.__dict__), builtins.__dict__
+    clear, update = bdict.clear, bdict.update
+    try:
+        codes = [compile(job[k], "<" + k + ">", "exec", dont_inherit=True, optimize=0) for k in ("setup", "code", "tests")]
+        sys.addaudithook(hook)
+        run(codes[0], g)
+        run(codes[1], g)
+        clear(); update(saved); g["__builtins__"] = builtins   # the tests see the builtins from before the program
+        run(codes[2], g)
+        if ep and check and is_callable(g.get("check")):
+            g["check"](g[ep])
+    except BaseException as e:
+        write(2, ("harness: %r" % (e,))[:2000].encode("utf-8", "replace"))
+        exit_(1)
+    write(result_fd, nonce)
+    exit_(0)
+main()
+"""
+
+_SITE = [p for p in dict.fromkeys(sysconfig.get_paths()[k] for k in ("purelib", "platlib")) if os.path.isdir(p)]
+
+
+def _nobody() -> tuple[int, int]:
+    try:
+        return pwd.getpwnam("nobody")[2:4]
+    except KeyError:
+        return 65534, 65534
+
+
+def _rmtree(path: str) -> None:
+    def retry(func, p, _):  # a program may have made its files read-only
+        try:
+            os.chmod(os.path.dirname(p), 0o700)
+            os.chmod(p, 0o700)
+            func(p)
+        except OSError:
+            pass
+    shutil.rmtree(path, onerror=retry)
+
+
+def run_python(code: str, tests: str = "", *, setup: str = "", entry_point: str | None = None,
+               stdin: str | None = None, timeout: float = TIMEOUT_S, memory_mb: int = MEMORY_MB) -> ExecResult:
+    """Run setup + code + tests in the sandbox (pass = every test ran and passed), or, when stdin is given, code
+    as a script reading it (pass = exit status 0; the caller compares stdout)."""
+    t0 = time.monotonic()
+    if timeout <= 0:
+        return ExecResult("timeout", None, "", "batch time budget spent", 0.0)
+    uid, gid = _nobody()
+    nonce, cap = secrets.token_hex(16), OUTPUT_MB << 20
+    job = dict(mode="test" if stdin is None else "io", setup=setup, code=code, tests=tests, entry_point=entry_point,
+               nonce=nonce, timeout=timeout, path=_SITE, uid=uid, gid=gid, cpu=int(timeout) + 1,
+               mem=memory_mb << 20, fsize=cap)
+    work = tempfile.mkdtemp(prefix="grpo-sbx-")
+    rfd, wfd = os.pipe()
+    files = [tempfile.TemporaryFile() for _ in range(3)]  # stdin, stdout, stderr: files cannot fill up and block
+    try:
+        job_path = os.path.join(work, "job.json")
+        with open(os.open(job_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
+            json.dump(job, f)
+        if os.geteuid() == 0:
+            os.chown(work, uid, gid)
+        files[0].write((stdin or "").encode())
+        files[0].seek(0)
+        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": work, "TMPDIR": work, "LANG": "C.UTF-8",
+               "PYTHONHASHSEED": "0", "PYTHONIOENCODING": "utf-8", "PYTHONDONTWRITEBYTECODE": "1",
+               "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+        proc = subprocess.Popen([sys.executable, "-S", "-c", _HARNESS, job_path, str(wfd)], stdin=files[0],
+                                stdout=files[1], stderr=files[2], cwd=work, env=env, pass_fds=(wfd,),
+                                start_new_session=True)
+        os.close(wfd)
+        wfd = -1
+        pidfd, poll = os.pidfd_open(proc.pid), select.poll()
+        try:  # the intermediate enforces `timeout`; this wait is the backstop if it cannot
+            poll.register(pidfd, select.POLLIN)
+            exited = bool(poll.poll((timeout + 2.0) * 1000))
+        finally:
+            os.close(pidfd)
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # before reaping the leader, so the group id cannot be reused
+        except ProcessLookupError:
+            pass
+        rc = proc.wait()
+        os.set_blocking(rfd, False)
+        try:
+            proof = os.read(rfd, 64)
+        except BlockingIOError:
+            proof = b""
+        files[1].seek(0)
+        out = files[1].read(cap).decode("utf-8", "replace")
+        files[2].seek(max(0, files[2].seek(0, 2) - 2000))
+        err = files[2].read().decode("utf-8", "replace")
+    except OSError as e:
+        return ExecResult("error", None, "", repr(e), time.monotonic() - t0)
+    finally:
+        for fd in (rfd, wfd):
+            if fd >= 0:
+                os.close(fd)
+        for f in files:
+            f.close()
+        _rmtree(work)
+    if not exited or rc in (124, 128 + signal.SIGXCPU):
+        status = "timeout"
+    elif rc == 0 and (stdin is not None or proof == nonce.encode()):
+        status = "pass"
+    else:
+        status = "fail"
+    return ExecResult(status, rc, out, err, time.monotonic() - t0)
+
+
+def _same_output(out: str, expected: str) -> bool:
+    lines = lambda s: [ln.rstrip() for ln in s.rstrip().splitlines()]
+    return lines(out) == lines(expected)
+
+
+def code_check(completion: str, problem: dict, deadline: float | None = None) -> tuple[float, str]:
+    """(reward, status) of a code completion; `deadline` (time.monotonic()) caps every run's time limit."""
+    code = extract_code(completion)
+    if code is None:
+        return 0.0, "no_code"
+    tests, io_tests = problem.get("test_code") or "", problem.get("io_tests") or []
+    if not tests.strip() and not io_tests:
+        return 0.0, "error"  # nothing to pass: never reward
+    limit = lambda: min(problem.get("timeout", TIMEOUT_S), float("inf") if deadline is None else deadline - time.monotonic())
+    if tests.strip():
+        r = run_python(code, tests, setup=problem.get("setup_code") or "", entry_point=problem.get("entry_point"),
+                       timeout=limit())
+        if r.status != "pass":
+            return 0.0, r.status
+    for case in io_tests:
+        r = run_python(code, stdin=case["input"], timeout=limit())
+        if r.status != "pass":
+            return 0.0, r.status
+        if not _same_output(r.stdout, case["output"]):
+            return 0.0, "fail"
+    return 1.0, "pass"
+
+
+def code_reward(completion: str, problem: dict) -> float:
+    return code_check(completion, problem)[0]
+
+
+# ----------------------------------------------------------------------------------------------- batch
+
+def grade(completions: list[str], problems: list[dict], max_workers: int | None = None,
+          total_timeout: float | None = None) -> list[tuple[float, str]]:
+    """(reward, status) per item, dispatched on problem["task"]. Programs run in parallel (max_workers, default
+    one per CPU); a program not finished within total_timeout seconds of the call scores 0 with 'timeout'."""
+    if len(completions) != len(problems):
+        raise ValueError(f"{len(completions)} completions for {len(problems)} problems")
+    if bad := {p.get("task") for p in problems} - {"math", "code"}:
+        raise ValueError(f"unknown task(s) {bad}: expected 'math' or 'code'")
+    deadline = None if total_timeout is None else time.monotonic() + total_timeout
+    results: list = [None] * len(problems)
+    with ThreadPoolExecutor(max_workers or os.cpu_count() or 1) as pool:
+        futures = {i: pool.submit(code_check, c, p, deadline)
+                   for i, (c, p) in enumerate(zip(completions, problems)) if p["task"] == "code"}
+        for i, (c, p) in enumerate(zip(completions, problems)):  # math is cheap: here, while programs run
+            if p["task"] == "math":
+                results[i] = math_check(c, p["answer"])
+        for i, f in futures.items():
+            results[i] = f.result()
+    return results

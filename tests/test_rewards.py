@@ -1,0 +1,310 @@
+"""Tests for rewards.py: math equivalences (true and false, with the traps), one test per adversarial program,
+and the real data in ../shared/data when present (skipped otherwise).
+
+Real-data code tests run HumanEval in full and every 4th MBPP problem (244 of 974); set GRPO_FULL_DATA=1 to run
+all of MBPP (about 25 s more on 2 cores). Run: python -m pytest -q tests/test_rewards.py
+"""
+import json
+import os
+import re
+import secrets
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import data  # noqa: E402
+import rewards as R  # noqa: E402
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+def fence(code: str) -> str:
+    return f"Here is my solution.\n```python\n{code}\n```\n"
+
+
+# ------------------------------------------------------------------------------------------------ math
+
+MATH_CASES = [  # (completion, gold, reward)
+    ("\\boxed{5}", "5", 1), ("\\boxed{5.0}", "5", 1), ("\\boxed{5}", "50", 0), ("\\boxed{-5}", "5", 0),
+    ("\\boxed{\\frac{1}{2}}", "0.5", 1), ("\\boxed{\\dfrac12}", "1/2", 1), ("\\boxed{2/4}", "\\tfrac{1}{2}", 1),
+    ("\\boxed{0.33}", "\\frac13", 0), ("\\boxed{-\\frac{3}{4}}", "-0.75", 1), ("\\boxed{\\frac{3}{4}}", "-0.75", 0),
+    ("\\boxed{1,000}", "1000", 1), ("\\boxed{1{,}000}", "1000", 1), ("\\boxed{1000}", "1,000", 1), ("\\boxed{1,000}", "1", 0),
+    ("so \\boxed{\\$18.}", "18", 1), ("\\boxed{18 \\text{ dollars}}", "18", 1), ("\\boxed{18\\text{ cm}^2}", "18", 1),
+    ("\\boxed{90^\\circ}", "90", 1), ("\\boxed{90^{\\circ}}", "90", 1), ("\\boxed{90°}", "90", 1), ("\\boxed{91^\\circ}", "90", 0),
+    ("\\boxed{25\\%}", "25\\%", 1), ("\\boxed{25}", "25\\%", 1), ("\\boxed{25\\%}", "0.25", 1), ("\\boxed{0.25}", "25\\%", 0),
+    ("\\boxed{\\left( 1, 2 \\right)}", "(1,2)", 1), ("\\boxed{(1,2]}", "(1,2)", 0), ("\\boxed{(2,1)}", "(1,2)", 0),
+    ("\\boxed{[1, 3)}", "[1,3)", 1), ("\\boxed{(1, \\frac{1}{2})}", "(1, 0.5)", 1), ("\\boxed{3, 1, 2}", "1, 2, 3", 1),
+    ("\\boxed{1, 2}", "1, 2, 3", 0), ("\\boxed{\\{1,2\\}}", "\\{2, 1\\}", 1), ("\\boxed{(1,2)}", "1, 2", 0),
+    ("\\boxed{\\frac{\\sqrt{3}}{2}}", "\\sqrt3/2", 1), ("\\boxed{2\\sqrt{2}}", "\\sqrt{8}", 1), ("\\boxed{\\sqrt{2}}", "1.41421356", 0),
+    ("\\boxed{x^2+2x+1}", "(x+1)^2", 1), ("\\boxed{x^2}", "x^3", 0), ("\\boxed{\\pi}", "3.14159", 0), ("\\boxed{2\\pi}", "\\pi \\cdot 2", 1),
+    ("\\boxed{\\sqrt[3]{8}}", "2", 1), ("\\boxed{10^3}", "1000", 1), ("\\boxed{(-\\infty, 3]}", "(-\\infty,3]", 1),
+    ("\\boxed{\\text{Monday}}", "Monday", 1), ("\\boxed{\\textbf{(C)}}", "(C)", 1), ("\\boxed{Tuesday}", "Monday", 0),
+    ("\\boxed{yadnoM}", "Monday", 0), ("\\boxed{x = 5}", "5", 1), ("\\boxed{x=5}", "6", 0), ("$\\boxed{5}$.", "5", 1),
+    ("\\boxed 5", "5", 1), ("\\boxed 5$ done", "5", 1), ("\\fbox{5}", "5", 1), ("\\boxed{1} no wait \\boxed{2}", "2", 1),
+    ("\\boxed{1} no wait \\boxed{2}", "1", 0), ("\\boxed{\\frac{1}{\\sqrt{2}}}", "\\frac{\\sqrt2}{2}", 1),
+    ("gold is a GSM8K solution: \\boxed{72}", "48 + 24 = <<48+24=72>>72\n#### 72", 1),
+    ("gold is a MATH solution: \\boxed{\\frac12}", "So the answer is $\\boxed{\\frac{1}{2}}$.", 1),
+    ("\\boxed{\\frac{}", "\\frac{", 0), ("\\boxed{?}", "?", 0), ("\\boxed{()}", "()", 0), ("\\boxed{5}", "", 0),
+]
+
+
+@pytest.mark.parametrize("completion,gold,expected", MATH_CASES)
+def test_math_equivalence_table(completion, gold, expected):
+    assert R.math_reward(completion, gold) == expected, R.math_check(completion, gold)
+
+
+@pytest.mark.parametrize("completion", ["The answer is 5.", "\\boxed{5", "\\boxed{}", "\\boxed{  }", ""])
+def test_math_no_answer(completion):
+    assert R.math_check(completion, "5") == (0.0, "no_answer")
+
+
+def test_math_statuses():
+    assert R.math_check("\\boxed{5}", "5") == (1.0, "correct")
+    assert R.math_check("\\boxed{4}", "5") == (0.0, "wrong")
+    assert R.math_check("\\boxed{5}", "  ") == (0.0, "error")  # an empty gold answer is the data's fault: visible
+    assert R.math_check("\\boxed{10^{10^{10}}}", "1") == (0.0, "error")  # towers are refused before sympy
+    assert R.math_check("\\boxed{2^{3^{200}}}", "5") == (0.0, "error")
+
+
+def test_math_sympy_time_limit_in_a_thread(monkeypatch):
+    """A slow symbolic comparison must not hang training: sympy runs in a helper process with a time limit that
+    works off the main thread (no signal.alarm); past it the status is 'error' and the next call starts afresh.
+    (A tiny limit stands in for a pathological input: the obvious ones are refused before sympy sees them.)"""
+    R.math_check("\\boxed{x+1}", "1+x")  # start the helper outside the timed part
+    monkeypatch.setattr(R, "SYMPY_TIMEOUT_S", 1e-4)
+    out = {}
+    t = threading.Thread(target=lambda: out.update(r=R.math_check("\\boxed{q^3+3q^2+3q+1}", "(q+1)^3")))
+    t0 = time.monotonic()
+    t.start()
+    t.join(30)
+    assert out["r"] == (0.0, "error") and time.monotonic() - t0 < 2
+    monkeypatch.setattr(R, "SYMPY_TIMEOUT_S", 2.0)
+    assert R.math_check("\\boxed{2x}", "x+x") == (1.0, "correct")
+
+
+# ------------------------------------------------------------------------------------------------ code
+
+def test_extract_code():
+    assert R.extract_code("```python\na = 1\n```\ntext\n```python\nb = 2\n```") == "b = 2\n"
+    assert R.extract_code("```python\na = 1\n```\n```text\nnot code\n```") == "a = 1\n"
+    assert R.extract_code("```\nc = 3\n```") == "c = 3\n"
+    assert R.extract_code("def f(): pass") is None
+    assert R.extract_code("```python\ndef f(): pass") is None  # truncated: no closing fence
+
+
+def test_code_pass_fail_and_statuses():
+    prob = {"task": "code", "prompt": "", "test_code": "assert add(2, 3) == 5"}
+    assert R.code_check(fence("def add(a, b):\n    return a + b"), prob) == (1.0, "pass")
+    assert R.code_check(fence("def add(a, b):\n    return a - b"), prob) == (0.0, "fail")
+    assert R.code_check(fence("def add(a, b) return"), prob) == (0.0, "fail")  # syntax error
+    assert R.code_check("def add(a, b):\n    return a + b", prob) == (0.0, "no_code")
+    assert R.code_check(fence("x = 1"), {"task": "code", "prompt": ""}) == (0.0, "error")  # no tests: never 1
+    assert R.code_reward(fence("def add(a, b):\n    return a + b"), prob) == 1.0
+
+
+def test_humaneval_style_check_and_setup():
+    prob = {"task": "code", "prompt": "", "setup_code": "import math\ndef helper(x):\n    return x * 2\n",
+            "test_code": "def check(candidate):\n    assert candidate(3) == 7\n", "entry_point": "f"}
+    assert R.code_check(fence("def f(x):\n    return helper(x) + 1"), prob) == (1.0, "pass")
+    assert R.code_check(fence("def f(x):\n    return helper(x)"), prob) == (0.0, "fail")
+    assert R.code_check(fence("def g(x):\n    return 7"), prob) == (0.0, "fail")  # entry point missing
+
+
+def test_io_tests():
+    prob = {"task": "code", "prompt": "", "io_tests": [{"input": "2 3\n", "output": "5\n"}, {"input": "1 1", "output": "2"}]}
+    assert R.code_check(fence("a, b = map(int, input().split())\nprint(a + b)"), prob) == (1.0, "pass")
+    assert R.code_check(fence("import sys\na, b = map(int, sys.stdin.read().split())\nprint(a + b, '  ')\nsys.exit(0)"), prob) == (1.0, "pass")
+    assert R.code_check(fence("a, b = map(int, input().split())\nprint(a * b)"), prob) == (0.0, "fail")
+    assert R.code_check(fence("print(5)\nraise SystemExit(3)"), prob) == (0.0, "fail")  # non-zero exit
+
+
+def test_grade_batch_mixed_and_order():
+    math_p = {"id": "m", "task": "math", "prompt": "", "answer": "4"}
+    code_p = {"id": "c", "task": "code", "prompt": "", "test_code": "assert f() == 1"}
+    comps = ["\\boxed{4}", fence("def f():\n    return 1"), "\\boxed{5}", fence("def f():\n    return 2"), "no code"]
+    out = R.grade(comps, [math_p, code_p, math_p, code_p, code_p], max_workers=2)
+    assert out == [(1.0, "correct"), (1.0, "pass"), (0.0, "wrong"), (0.0, "fail"), (0.0, "no_code")]
+    with pytest.raises(ValueError):
+        R.grade(["x"], [{"task": "poetry"}])
+
+
+def test_grade_total_time_budget():
+    """Programs not finished within the batch budget score 0 with status 'timeout', and grade returns on time."""
+    prob = {"task": "code", "prompt": "", "test_code": "assert True", "timeout": 30}
+    t0 = time.monotonic()
+    out = R.grade([fence("import time\ntime.sleep(20)")] * 6, [prob] * 6, max_workers=2, total_timeout=1.0)
+    assert out == [(0.0, "timeout")] * 6 and time.monotonic() - t0 < 5
+    assert not _sandbox_procs()
+
+
+# ------------------------------------------------------------------------------------ adversarial programs
+
+def _sandbox_procs() -> list[int]:
+    """Live processes started by the sandbox (their command line holds the grpo-sbx- work dir)."""
+    pids = []
+    for d in os.listdir("/proc"):
+        try:
+            cmd = Path(f"/proc/{d}/cmdline").read_bytes()
+            state = Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if d.isdigit() and b"grpo-sbx-" in cmd and state != "Z":
+            pids.append(int(d))
+    return pids
+
+
+def run_adversary(solution: str, tests: str, timeout: float = 1.0) -> tuple[float, str]:
+    """Run one adversarial program; assert it scored 0, left no process behind and the checker still works."""
+    reward, status = R.code_check(fence(solution), {"task": "code", "prompt": "", "test_code": tests, "timeout": timeout})
+    assert reward == 0.0, status
+    deadline = time.monotonic() + 3
+    while _sandbox_procs() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _sandbox_procs(), "a sandboxed process outlived its run"
+    assert R.code_check(fence("x = 1"), {"task": "code", "prompt": "", "test_code": "assert x == 1"}) == (1.0, "pass")
+    return reward, status
+
+
+def test_adversary_infinite_loop():
+    t0 = time.monotonic()
+    assert run_adversary("while True:\n    pass", "assert True")[1] == "timeout"
+    assert time.monotonic() - t0 < 6
+
+
+def test_adversary_sleep_past_timeout():
+    t0 = time.monotonic()
+    assert run_adversary("import time\ntime.sleep(60)", "assert True")[1] == "timeout"
+    assert time.monotonic() - t0 < 6
+
+
+def test_adversary_fork_bomb():
+    """Processes and threads are refused (RLIMIT_NPROC, audit hook); the tests pass only if one was started."""
+    run_adversary("import os, subprocess, threading, time\nstarted = 0\nfor _ in range(100):\n"
+                  "    for spawn in (os.fork, lambda: subprocess.Popen(['sleep', '60']),\n"
+                  "                  lambda: threading.Thread(target=time.sleep, args=(60,)).start()):\n"
+                  "        try:\n            spawn()\n            started += 1\n        except Exception:\n            pass",
+                  "assert started > 0")
+
+
+def test_adversary_allocate_8gb():
+    run_adversary("try:\n    x = bytearray(8 << 30)\n    ok = True\nexcept MemoryError:\n    ok = False", "assert ok")
+
+
+def test_adversary_print_100mb():
+    t0 = time.monotonic()
+    run_adversary("print('x' * (100 << 20))\ndef f():\n    return 1", "assert f() == 1", timeout=5)
+    assert time.monotonic() - t0 < 10
+
+
+def test_adversary_files_outside_its_directory(tmp_path):
+    victim, planted = tmp_path / "victim.txt", tmp_path / "planted.txt"
+    victim.write_text("keep me")
+    loose = Path("/tmp") / f"grpo-planted-{secrets.token_hex(4)}"  # /tmp is world-writable
+    run_adversary(f"import os, shutil\ndone = 0\n"
+                  f"for act in (lambda: os.remove({str(victim)!r}), lambda: open({str(planted)!r}, 'w').write('x'),\n"
+                  f"            lambda: open({str(loose)!r}, 'w').write('x'), lambda: shutil.rmtree({str(tmp_path)!r}),\n"
+                  f"            lambda: os.rename({str(victim)!r}, 'stolen.txt')):\n"
+                  f"    try:\n        act()\n        done += 1\n    except Exception:\n        pass", "assert done > 0")
+    assert victim.read_text() == "keep me" and not planted.exists() and not loose.exists()
+
+
+def test_adversary_reads_parent_environment(monkeypatch):
+    secret = secrets.token_hex(8)
+    monkeypatch.setenv("GRPO_TEST_SECRET", secret)
+    run_adversary(f"import os\nfound = {secret!r} in repr(dict(os.environ))\n"
+                  f"for pid in (os.getppid(), {os.getpid()}, 1, 'self'):\n"
+                  f"    try:\n        found = found or {secret!r}.encode() in open(f'/proc/{{pid}}/environ', 'rb').read()\n"
+                  f"    except Exception:\n        pass", "assert found")
+
+
+@pytest.mark.parametrize("exit_call", ["import sys\nsys.exit(0)", "import os\nos._exit(0)", "raise SystemExit",
+                                       "import sys\nsys.exit()", "import os\nos.kill(os.getpid(), 9)"])
+def test_adversary_exits_before_tests(exit_call):
+    run_adversary(exit_call, "assert False")
+
+
+def test_adversary_kills_parent():
+    """Kills its parent (the intermediate), the caller (this pytest process) and their groups, then exits 0
+    before the failing tests; the caller must survive and the reward stay 0."""
+    run_adversary(f"import os, signal\nfor pid in (os.getppid(), {os.getpid()}):\n"
+                  f"    for kill in (lambda: os.kill(pid, signal.SIGKILL), lambda: os.killpg(os.getpgid(pid), signal.SIGKILL)):\n"
+                  f"        try:\n            kill()\n        except Exception:\n            pass\nos._exit(0)",
+                  "assert False")
+
+
+def test_adversary_overrides_builtins_and_harness():
+    """Rebinds builtins the tests use, the harness's globals (exec, callable), the excepthook and tries a tracer
+    that would skip the asserts; the tests must still see the real builtins and fail."""
+    run_adversary("import builtins, os, sys, __main__\ndef f(x):\n    return 0\n"
+                  "builtins.abs = lambda x: 0\nbuiltins.len = lambda x: 4\nbuiltins.AssertionError = type('Nope', (Exception,), {})\n"
+                  "__main__.exec = lambda *a, **k: None\n__main__.callable = lambda x: False\n"
+                  "sys.excepthook = lambda *a: os._exit(0)\n"
+                  "try:\n    sys.settrace(lambda *a: None)\nexcept Exception:\n    pass",
+                  "assert abs(f(1) - 1) < 1e-9\nassert len([1, 2]) == 2\nassert f(1) == 1")
+    # a HumanEval answer that brings its own check() loses to the real one, defined after it
+    reward, status = R.code_check(fence("def check(candidate):\n    pass\ndef f(x):\n    return 0"),
+                                  {"task": "code", "prompt": "", "test_code": "def check(candidate):\n    assert candidate(1) == 1\n",
+                                   "entry_point": "f"})
+    assert (reward, status) == (0.0, "fail")
+
+
+def test_adversary_forges_the_nonce_channel():
+    """Writing to the result pipe without the nonce, or reading the harness's frames, does not pass."""
+    run_adversary("import os, sys\nfor fd in range(3, 64):\n    try:\n        os.write(fd, b'0' * 32)\n    except OSError:\n        pass\n"
+                  "try:\n    print(sys._getframe(1).f_locals)\nexcept Exception:\n    pass\n"
+                  "try:\n    raise ValueError\nexcept ValueError as e:\n    try:\n        e.__traceback__.tb_frame\n    except AttributeError:\n        pass\n"
+                  "os._exit(0)", "assert True")
+
+
+# ------------------------------------------------------------------------------------------------ real data
+
+needs = lambda *parts: pytest.mark.skipif(not DATA.joinpath(*parts).is_file(), reason=f"{'/'.join(parts)} not present")
+
+
+@needs("gsm8k", "train.jsonl")
+@needs("gsm8k", "test.jsonl")
+def test_gsm8k_gold_answers_score_themselves():
+    """Every gold answer (train and test), boxed exactly as GSM8K writes it (e.g. 1,000), scores 1.0 against
+    the loaded answer; gold + 1 scores 0."""
+    for split in ("train", "test"):
+        path = DATA / "gsm8k" / f"{split}.jsonl"
+        raw = [json.loads(ln)["answer"].split("####")[-1].strip() for ln in path.read_text().splitlines()]
+        probs = data.load_problems(str(path), task="math")
+        assert len(probs) == len(raw)
+        bad = [(p["id"], r) for p, r in zip(probs, raw) if R.math_reward(f"So \\boxed{{{r}}}.", p["answer"]) != 1.0]
+        assert not bad
+        assert all(R.math_reward(f"\\boxed{{{int(p['answer']) + 1}}}", p["answer"]) == 0.0 for p in probs[:300])
+
+
+def _reference_run(path: Path, step: int = 1):
+    probs = data.load_problems(str(path), task="code")[::step]
+    return probs, R.grade([fence(p["solution"]) for p in probs], probs)
+
+
+@needs("humaneval", "HumanEval.jsonl")
+def test_humaneval_canonical_solutions_pass():
+    probs, out = _reference_run(DATA / "humaneval" / "HumanEval.jsonl")
+    assert len(probs) == 164
+    assert [(p["id"], s) for p, (r, s) in zip(probs, out) if r != 1.0] == []
+    # the bare prompt (a stub that returns None) fails every problem
+    stubs = R.grade([fence(p["setup_code"] + "    pass\n") for p in probs], probs)
+    assert [p["id"] for p, (r, _) in zip(probs, stubs) if r != 0.0] == []
+
+
+MBPP_KNOWN_FAILURES: dict[str, str] = {}  # none: all 974 reference solutions pass (PYTHONHASHSEED=0)
+
+
+@needs("mbpp", "mbpp.jsonl")
+def test_mbpp_reference_solutions_pass():
+    step = 1 if os.environ.get("GRPO_FULL_DATA") else 4
+    probs, out = _reference_run(DATA / "mbpp" / "mbpp.jsonl", step)
+    assert len(probs) == (974 if step == 1 else 244)
+    failed = {p["id"]: s for p, (r, s) in zip(probs, out) if r != 1.0}
+    assert set(failed) <= set(MBPP_KNOWN_FAILURES), failed
+    # another problem's solution (shifted by one) fails
+    wrong = R.grade([fence(q["solution"]) for q in probs[1:41]], probs[:40])
+    assert sum(r for r, _ in wrong) == 0
