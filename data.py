@@ -122,11 +122,12 @@ def load_problems(path: str, task: str | None = None, limit: int | None = None) 
     text = p.read_text(encoding="utf-8")
     if p.suffix == ".json" or text.lstrip().startswith("["):
         try:
-            rows = [(f"item {i}", r) for i, r in enumerate(json.loads(text), 1)]
+            items = json.loads(text)
         except json.JSONDecodeError as e:
             raise ValueError(f"{path}:{e.lineno}: invalid JSON ({e.msg})") from None
-        if not isinstance(json.loads(text), list):
+        if not isinstance(items, list):
             raise ValueError(f"{path}: a .json data file must hold a list of rows")
+        rows = [(f"item {i}", r) for i, r in enumerate(items, 1)]
     else:
         rows = [(str(i), ln) for i, ln in enumerate(text.splitlines(), 1) if ln.strip()]
     problems, seen = [], {}

@@ -1,0 +1,150 @@
+"""Tests for data.py: every row format, malformed rows named by file and line, wrong-task files, the built-in
+problems (deterministic, train/test disjoint, their reference answers and programs check out), and the real
+data in ../shared/data when present. Run: python -m pytest -q tests/test_data.py
+"""
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import data  # noqa: E402
+import rewards  # noqa: E402
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+def write_jsonl(path: Path, rows) -> str:
+    path.write_text("\n".join(r if isinstance(r, str) else json.dumps(r) for r in rows) + "\n")
+    return str(path)
+
+
+ROWS = {  # format -> (row, task, expected fields)
+    "gsm8k": ({"question": "Q?", "answer": "3 + 4 = 7\n#### 1,007"}, "math", {"answer": "1007", "prompt": "Q?"}),
+    "math_answer": ({"problem": "P?", "answer": "\\frac{1}{2}", "unique_id": "u1"}, "math", {"answer": "\\frac{1}{2}", "id": "u1"}),
+    "math_solution": ({"problem": "P?", "solution": "So $\\boxed{\\frac{\\sqrt3}{2}}$."}, "math", {"answer": "\\frac{\\sqrt3}{2}"}),
+    "dapo": ({"prompt": "D?", "solution": "34"}, "math", {"answer": "34", "prompt": "D?"}),
+    "dapo_chat": ({"prompt": [{"role": "user", "content": "C?"}], "reward_model": {"ground_truth": "12"}}, "math",
+                  {"answer": "12", "prompt": "C?"}),
+    "mbpp": ({"text": "Add.", "task_id": 7, "code": "def add(a, b):\r\n  return a + b", "test_setup_code": "",
+              "test_list": ["assert add(1, 2) == 3"]}, "code",
+             {"id": "f-7", "test_code": "assert add(1, 2) == 3", "solution": "def add(a, b):\n  return a + b"}),
+    "humaneval": ({"task_id": "HumanEval/9", "prompt": "def f(x):\n    \"\"\"Doc.\"\"\"\n", "canonical_solution": "    return x\n",
+                   "test": "def check(candidate):\n    assert candidate(1) == 1\n", "entry_point": "f"}, "code",
+                  {"id": "HumanEval/9", "entry_point": "f", "setup_code": "def f(x):\n    \"\"\"Doc.\"\"\"\n"}),
+    "io": ({"prompt": "Sum.", "io_tests": [{"input": "1 2\n", "output": "3\n"}]}, "code", {"io_tests": [{"input": "1 2\n", "output": "3\n"}]}),
+    "io_lists": ({"question": "Sum.", "inputs": ["1 2\n"], "outputs": ["3\n"]}, "code", {"io_tests": [{"input": "1 2\n", "output": "3\n"}]}),
+    "apps": ({"question": "Sum.", "input_output": json.dumps({"inputs": ["1 2\n"], "outputs": ["3\n"]})}, "code",
+             {"io_tests": [{"input": "1 2\n", "output": "3\n"}]}),
+    "problem_dict": ({"id": "x", "task": "math", "prompt": "P", "answer": "5"}, "math", {"id": "x", "answer": "5"}),
+}
+
+
+@pytest.mark.parametrize("name", ROWS)
+def test_each_row_format(tmp_path, name):
+    row, task, expected = ROWS[name]
+    (p,) = data.load_problems(write_jsonl(tmp_path / "f.jsonl", [row]), task=task)
+    assert p["task"] == task and p["prompt"] and isinstance(p["id"], str)
+    assert {k: p[k] for k in expected} == expected
+
+
+def test_ids_default_to_file_and_line(tmp_path):
+    probs = data.load_problems(write_jsonl(tmp_path / "train.jsonl", ["", ROWS["dapo"][0], ROWS["dapo"][0]]))
+    assert [p["id"] for p in probs] == ["train-2", "train-3"]  # blank lines are skipped but counted
+
+
+def test_json_list_and_limit(tmp_path):
+    path = tmp_path / "f.json"
+    path.write_text(json.dumps([ROWS["dapo"][0]] * 5))
+    assert len(data.load_problems(str(path), limit=3)) == 3
+
+
+@pytest.mark.parametrize("line,fragment", [
+    ("{not json", "invalid JSON"),
+    ('{"question": "Q?"}', "unrecognized row"),
+    ('{"text": "T", "test_list": "assert 1"}', "test_list"),
+    ('{"question": "", "answer": "#### 1"}', "question"),
+    ('{"problem": "P", "solution": "no box here"}', "boxed"),
+    ('{"prompt": "P", "io_tests": [{"input": 1, "output": "2"}]}', "io tests"),
+    ('{"task": "code", "prompt": "P"}', "test_code or io_tests"),
+    ('[1, 2]', "JSON object"),
+])
+def test_malformed_row_names_file_and_line(tmp_path, line, fragment):
+    path = write_jsonl(tmp_path / "bad.jsonl", [ROWS["dapo"][0], ROWS["dapo"][0], line])
+    with pytest.raises(ValueError) as e:
+        data.load_problems(path)
+    assert f"{path}:3:" in str(e.value) and fragment in str(e.value)
+
+
+def test_duplicate_ids_are_an_error(tmp_path):
+    with pytest.raises(ValueError, match="duplicate id"):
+        data.load_problems(write_jsonl(tmp_path / "f.jsonl", [ROWS["problem_dict"][0]] * 2))
+
+
+def test_wrong_task_and_missing_file(tmp_path):
+    path = write_jsonl(tmp_path / "f.jsonl", [ROWS["gsm8k"][0]])
+    with pytest.raises(ValueError, match=r"f\.jsonl:1: this GSM8K row is a math problem, but task='code'"):
+        data.load_problems(path, task="code")
+    with pytest.raises(FileNotFoundError, match="nope.jsonl"):
+        data.load_problems(str(tmp_path / "nope.jsonl"))
+
+
+# ------------------------------------------------------------------------------------------- built-in
+
+@pytest.mark.parametrize("task", ["math", "code"])
+def test_builtin_deterministic_and_disjoint(task):
+    train, test = data.builtin_problems(task, "train", n=300), data.builtin_problems(task, "test", n=100)
+    assert train == data.builtin_problems(task, "train", n=300)
+    assert data.builtin_problems(task, "train", n=300, seed=1) != train
+    assert len({p["prompt"] for p in train}) == 300 and len({p["id"] for p in train + test}) == 400
+    assert not {p["prompt"] for p in train} & {p["prompt"] for p in test}
+    other_seed = data.builtin_problems(task, "test", n=100, seed=5)
+    assert not {p["prompt"] for p in train} & {p["prompt"] for p in other_seed}
+    if task == "code":  # split by task (function + parameter), not only by prompt
+        key = lambda p: (p["entry_point"], p["solution"])
+        assert not {key(p) for p in train} & {key(p) for p in test}
+
+
+def test_builtin_math_answers():
+    probs = data.builtin_problems("math", n=500)
+    assert all(p["answer"].isdigit() for p in probs)
+    assert len({p["prompt"].split()[1] for p in probs}) > 5  # varied templates
+    assert all(rewards.math_reward(f"\\boxed{{{p['answer']}}}", p["answer"]) == 1.0 for p in probs)
+
+
+def test_builtin_code_reference_passes_and_wrong_fails():
+    probs = data.builtin_problems("code", n=60, seed=3)
+    assert len({p["entry_point"] for p in probs}) >= 15
+    out = rewards.grade([f"```python\n{p['solution']}```" for p in probs], probs)
+    assert out == [(1.0, "pass")] * len(probs)
+    wrong = rewards.grade([f"```python\ndef {p['entry_point']}(x):\n    return None\n```" for p in probs], probs)
+    assert all(r == 0.0 for r, _ in wrong)
+
+
+def test_builtin_bad_arguments():
+    with pytest.raises(ValueError):
+        data.builtin_problems("poetry")
+    with pytest.raises(ValueError):
+        data.builtin_problems("math", split="dev")
+
+
+# ------------------------------------------------------------------------------------------- real data
+
+@pytest.mark.parametrize("rel,task,count", [("gsm8k/train.jsonl", "math", 7473), ("gsm8k/test.jsonl", "math", 1319),
+                                            ("mbpp/mbpp.jsonl", "code", 974), ("humaneval/HumanEval.jsonl", "code", 164)])
+def test_real_files_load(rel, task, count):
+    path = DATA / rel
+    if not path.is_file():
+        pytest.skip(f"{rel} not present")
+    probs = data.load_problems(str(path), task=task)
+    assert len(probs) == count and len({p["id"] for p in probs}) == count
+    assert all(p["task"] == task and p["prompt"] for p in probs)
+    if task == "code":
+        assert all(p["solution"] and p["test_code"] for p in probs)
+        other = "math"
+    else:
+        assert all(p["answer"].lstrip("-").replace(".", "").isdigit() for p in probs)
+        other = "code"
+    with pytest.raises(ValueError, match=":1: "):
+        data.load_problems(str(path), task=other)
