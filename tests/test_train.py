@@ -1,0 +1,173 @@
+"""train.py end to end on the tiny model: a 2-step smoke run of every workflow x policy, exact
+resume, optimizer-step counts, IP isolation, non-finite steps, and clear errors for bad input."""
+import json
+import os
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import train
+import workflows
+
+SMALL = ["--model", "tiny", "--problems", "2", "--group", "2", "--max-new-tokens", "6", "--device", "cpu"]
+
+
+def fake_grade(completions, problems, **kw):
+    """A grader the random tiny model can pass: reward 1 for texts of even length. Real grading is
+    tested in test_rewards.py; here we need non-zero advantages so updates really change weights."""
+    return [(float(len(c) % 2 == 0), "correct" if len(c) % 2 == 0 else "wrong") for c in completions]
+
+
+def read_metrics(out):
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+@pytest.mark.parametrize("workflow", list(workflows.ROLES))
+@pytest.mark.parametrize("policy", ["sp", "ip"])
+def test_two_step_smoke_run(tmp_path, workflow, policy, monkeypatch):
+    monkeypatch.setattr(workflows.rewards, "grade", fake_grade)
+    out = str(tmp_path / "run")
+    train.main(["--workflow", workflow, "--policy", policy, "--steps", "2", "--out", out, *SMALL])
+    m = read_metrics(out)
+    assert [x["step"] for x in m] == [1, 2]
+    roles = set(m[0]["roles"])
+    assert roles == set(workflows.ROLES[workflow])  # every role produced rows and is logged
+    names = {"shared"} if policy == "sp" else set(workflows.ROLES[workflow])
+    assert {f[:-12] for f in os.listdir(os.path.join(out, "step_000002")) if f.endswith(".safetensors")} == names
+    config = json.load(open(os.path.join(out, "config.json")))
+    assert config["workflow"] == workflow and config["model_used"] == "tiny"
+    shares = sum(r["weight_share"] for r in m[0]["roles"].values())
+    assert shares == pytest.approx(1.0 if policy == "sp" else len(m[0]["roles"]))
+
+
+def test_code_task_smoke_run(tmp_path):
+    out = str(tmp_path / "run")
+    train.main(["--workflow", "single", "--task", "code", "--steps", "1", "--out", out, *SMALL])
+    assert read_metrics(out)[0]["grade_status"] == {"no_code": 4}  # fails closed, and is counted
+
+
+def adapters_of(out, step):
+    folder = os.path.join(out, f"step_{step:06d}")
+    return {f: load_file(os.path.join(folder, f)) for f in sorted(os.listdir(folder)) if f.endswith(".safetensors")}
+
+
+def strip_time(m):
+    return [{k: v for k, v in x.items() if k != "time"} for x in m]
+
+
+def test_resume_equals_uninterrupted_run(tmp_path, monkeypatch):
+    monkeypatch.setattr(workflows.rewards, "grade", fake_grade)
+    args = ["--workflow", "evalopt", "--policy", "ip", "--lr", "1e-3", "--warmup", "1", "--steps", "4",
+            "--save-every", "2", *SMALL]
+    full, part = str(tmp_path / "full"), str(tmp_path / "part")
+    train.main([*args, "--out", full])
+    real_step = train.train_step
+
+    def crash_in_step_3(*a):
+        if a[-1] == 3:  # the step number: an abort in the middle of step 3
+            raise KeyboardInterrupt
+        return real_step(*a)
+    monkeypatch.setattr(train, "train_step", crash_in_step_3)
+    with pytest.raises(KeyboardInterrupt):
+        train.main([*args, "--out", part])
+    monkeypatch.setattr(train, "train_step", real_step)
+    assert [x["step"] for x in read_metrics(part)] == [1, 2]
+    train.main(["--out", part, "--resume"])
+    a, b = adapters_of(full, 4), adapters_of(part, 4)
+    assert a.keys() == b.keys() == {"generator.safetensors", "evaluator.safetensors"}
+    for name in a:
+        for key in a[name]:
+            assert torch.equal(a[name][key], b[name][key]), (name, key)
+    assert strip_time(read_metrics(full)) == strip_time(read_metrics(part))
+    assert all(r["grad_norm"] > 0 for x in read_metrics(full) for r in x["roles"].values())
+    # the adapters really moved: step 2 and step 4 differ
+    two = adapters_of(full, 2)["generator.safetensors"]
+    assert any(not torch.equal(two[k], a["generator.safetensors"][k]) for k in two)
+
+
+def test_resume_of_finished_run_says_so(tmp_path, capsys):
+    out = str(tmp_path / "run")
+    train.main(["--workflow", "single", "--steps", "1", "--out", out, *SMALL])
+    train.main(["--out", out, "--resume"])
+    assert "already finished" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("mode,steps", [("per-instance", 3 + 1), ("merged", 1 + 1)])
+def test_parallel_step_counts(tmp_path, mode, steps, monkeypatch):
+    monkeypatch.setattr(workflows.rewards, "grade", fake_grade)
+    out = str(tmp_path / mode)
+    train.main(["--workflow", "voting", "--policy", "ip", "--parallel-steps", mode, "--steps", "1",
+                "--out", out, *SMALL])
+    m = read_metrics(out)[0]
+    assert m["optimizer_steps"] == steps
+    assert m["roles"]["generator"]["optimizer_steps"] == steps - 1
+    assert m["roles"]["aggregator"]["optimizer_steps"] == 1
+
+
+def test_ip_step_changes_only_its_own_adapter(tiny):
+    import lora
+    from grpo import completion_logprobs
+    model, tok = tiny
+    for name in ("g_only", "e_only"):
+        if name not in lora.adapter_names(model):
+            lora.add_adapter(model, name, rank=4, alpha=8)
+    before = {n: [p.detach().clone() for p in lora.adapter_parameters(model, n)] for n in ("g_only", "e_only")}
+    rows = [workflows.Turn("generator", "generator", [1, 2, 3], [4, 5], [-1.0, -1.0], "stop", "x"),
+            workflows.Turn("generator", "generator", [1, 2], [6, 7, 8], [-1.0] * 3, "stop", "y")]
+    lora.set_adapter(model, "g_only")
+    with torch.no_grad():
+        old = completion_logprobs(model, [r.prompt_ids for r in rows], [r.completion_ids for r in rows])[0]
+    args = train.parse_args(["--lr", "1e-2"])
+    stats = {"generator": dict(weight_share=[], grad_norm_sq=0.0, loss=0.0, entropy_sum=0.0, clipped=0,
+                               kl_sum=0.0, train_tokens=0, optimizer_steps=0)}
+    opt = torch.optim.AdamW(lora.adapter_parameters(model, "g_only"), lr=1e-2)
+    assert train.optimizer_step(model, "g_only", rows, [1.0, -1.0], old, [None, None], opt, args, stats)
+    after = {n: lora.adapter_parameters(model, n) for n in ("g_only", "e_only")}
+    assert any(not torch.equal(b, a) for b, a in zip(before["g_only"], after["g_only"]))
+    assert all(torch.equal(b, a) for b, a in zip(before["e_only"], after["e_only"]))
+    lora.set_adapter(model, None)
+
+
+def test_non_finite_loss_skips_steps_then_stops(tmp_path, monkeypatch):
+    monkeypatch.setattr(workflows.rewards, "grade", fake_grade)
+    real = train.grpo.token_loss
+    monkeypatch.setattr(train.grpo, "token_loss", lambda *a, **k: tuple(
+        x * float("nan") if i == 0 else x for i, x in enumerate(real(*a, **k))))
+    out = str(tmp_path / "run")
+    with pytest.raises(SystemExit, match="non-finite"):
+        train.main(["--workflow", "single", "--steps", "5", "--out", out, *SMALL])
+    m = read_metrics(out)
+    assert len(m) == 3 and all(x["skipped_steps"] == 1 for x in m)
+    assert os.path.isdir(os.path.join(out, "step_000003"))
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--workflow", "chain"], None),
+    (["--group", "0"], "at least 1"),
+    (["--kl", "evaluator:0.1"], "role=number"),
+])
+def test_bad_flags(argv, message, capsys):
+    with pytest.raises(SystemExit) as e:
+        train.parse_args(argv)
+    assert e.value.code == 2
+    if message:
+        assert message in capsys.readouterr().err
+
+
+def test_bad_files_and_run_dirs(tmp_path):
+    with pytest.raises(SystemExit, match="no such data file"):
+        train.main([*SMALL, "--data", str(tmp_path / "missing.jsonl"), "--out", str(tmp_path / "a")])
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"question": "1+1?", "answer": "#### 2"}\n{"question": \n')
+    with pytest.raises(SystemExit, match="bad.jsonl:2"):
+        train.main([*SMALL, "--data", str(bad), "--out", str(tmp_path / "b")])
+    with pytest.raises(SystemExit, match="no such model"):
+        train.main(["--model", "./no-model-here", "--out", str(tmp_path / "c")])
+    with pytest.raises(SystemExit, match="no checkpoint"):
+        train.main(["--out", str(tmp_path / "empty"), "--resume"])
+    out = str(tmp_path / "run")
+    train.main(["--workflow", "single", "--steps", "1", "--out", out, *SMALL])
+    with pytest.raises(SystemExit, match="already holds a run"):
+        train.main(["--workflow", "single", "--steps", "1", "--out", out, *SMALL])

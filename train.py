@@ -1,0 +1,487 @@
+"""Train every role of a multi-agent workflow with GRPO from one 0/1 outcome reward.
+
+    python train.py --workflow evalopt --policy ip                  # the main job
+    python train.py --workflow voting --policy ip --parallel-steps merged --out runs/v-merged
+    python train.py --out runs/v-merged --resume                    # continue where it stopped
+
+One training step: draw --problems problems, roll each out --group times through the workflow in
+lock-step (workflows.py), score the final answers (rewards.py), give every turn the GRPO advantage
+of its group (problem, instance name), recompute old log-probs, then update.
+- SP (shared policy): one LoRA adapter "shared" and one AdamW; one optimizer step over all rows.
+- IP (isolated policy): one adapter + AdamW per role type, each stepping only on its own rows.
+  Parallel roles (Voting's voters, Orch-Workers' workers) take one step per instance
+  (--parallel-steps per-instance, the reference) or one step over all instances (merged).
+The token weighting of the loss is explicit (--loss-agg, --role-weights) and each role's share of
+it is logged, as is everything in metrics.jsonl. Checkpoints are written atomically every
+--save-every steps and at the end; Ctrl-C finishes the current step, saves, and exits.
+
+Left out (on purpose): the reference's fixed 512-row mini-batches (a role takes one step per
+training step, or one per parallel instance), several PPO epochs, entropy bonus, gradient-coherence
+damping, and any reference model unless --kl is > 0.
+"""
+import argparse
+import json
+import math
+import os
+import shutil
+import signal
+import sys
+import time
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+import grpo
+import lora
+from data import builtin_problems, load_problems
+from models import TINY, load_default_model
+from workflows import ROLES, make_policy, run_workflow
+
+PARALLEL_ROLES = {("voting", "generator"), ("orchworkers", "worker")}  # instances share an adapter
+# Defaults that depend on the model: (real model, tiny smoke run). The tiny model learns nothing,
+# so its run only has to exercise every code path quickly on a 2-core CPU.
+SIZED = {"steps": (200, 6), "problems": (16, 4), "group": (8, 4), "max_new_tokens": (512, 24)}
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    # what to train
+    p.add_argument("--workflow", choices=list(ROLES), default="evalopt", help="the workflow to train")
+    p.add_argument("--policy", choices=["sp", "ip"], default="ip", help="shared or isolated adapters")
+    p.add_argument("--task", choices=["math", "code"], default="math", help="task family")
+    p.add_argument("--model", default=None, help="hub name, local folder, .gguf file or 'tiny' "
+                   "(default: Qwen/Qwen3-0.6B if it can be loaded, else tiny)")
+    p.add_argument("--data", default=None, help="training JSONL/JSON (default: built-in problems)")
+    p.add_argument("--eval-data", default=None, help="held-out problems for --eval-every (default: built-in test split)")
+    p.add_argument("--out", default=None, help="run directory (default: runs/WORKFLOW-POLICY-TASK-TIME)")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
+    p.add_argument("--device", default=None, help="cuda or cpu (default: cuda if available)")
+    p.add_argument("--seed", type=int, default=0, help="seeds data order, LoRA init and sampling")
+    # rollouts
+    p.add_argument("--steps", type=int, default=None, help="training steps (default 200; tiny: 6)")
+    p.add_argument("--problems", type=int, default=None, help="problems per step (default 16; tiny: 4)")
+    p.add_argument("--group", type=int, default=None, help="rollouts per problem, the GRPO group (default 8; tiny: 4)")
+    p.add_argument("--max-new-tokens", type=int, default=None, help="tokens per role call (default 512; tiny: 24)")
+    p.add_argument("--max-prompt-tokens", type=int, default=3072, help="longer role prompts end the episode (workflows.py)")
+    p.add_argument("--temperature", type=float, default=0.7, help="sampling temperature (reference: 0.7)")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (reference: 1.0)")
+    p.add_argument("--rounds", type=int, default=None, help="Eval-Opt rounds (default: 3 math, 2 code)")
+    p.add_argument("--voters", type=int, default=3, help="Voting generators per episode")
+    # LoRA
+    p.add_argument("--lora-rank", type=int, default=64, help="LoRA rank (reference: 64)")
+    p.add_argument("--lora-alpha", type=float, default=32.0, help="LoRA alpha; scale = alpha / rank (reference: 32)")
+    p.add_argument("--lora-dropout", type=float, default=0.0, help="dropout on the LoRA input (0 keeps old/new log-probs equal)")
+    p.add_argument("--lora-targets", default=None, help="comma list of linear names, e.g. q_proj,v_proj (default: all)")
+    # optimisation
+    p.add_argument("--lr", type=float, default=2e-5, help="AdamW learning rate (reference: 2e-5)")
+    p.add_argument("--warmup", type=int, default=15, help="linear warm-up steps (reference: 15)")
+    p.add_argument("--no-cosine", action="store_true", help="constant lr after warm-up instead of cosine decay to 0")
+    p.add_argument("--weight-decay", type=float, default=0.01, help="AdamW weight decay (reference: 0.01)")
+    p.add_argument("--grad-clip", type=float, default=1.0, help="max gradient norm per optimizer step (reference: 1.0)")
+    # loss
+    p.add_argument("--loss-agg", choices=grpo.AGGREGATIONS, default="seq-mean-token-mean",
+                   help="token weighting across rows (reference: seq-mean-token-mean)")
+    p.add_argument("--role-weights", default=None, help="explicit per-role factors, e.g. generator=3,evaluator=1")
+    p.add_argument("--parallel-steps", choices=["per-instance", "merged"], default="per-instance",
+                   help="IP: one optimizer step per parallel instance (reference) or one merged step")
+    p.add_argument("--clip-low", type=float, default=0.2, help="PPO clip below 1 (reference: 0.2)")
+    p.add_argument("--clip-high", type=float, default=0.28, help="PPO clip above 1 (reference: 0.28)")
+    p.add_argument("--dual-clip", type=float, default=3.0, help="dual-clip cap for negative advantages, 0 = off")
+    p.add_argument("--kl", default="0", help="KL-to-base coefficient: one number, or per role: evaluator=0.05")
+    p.add_argument("--adv-mean-only", action="store_true", help="advantage r - mean without dividing by std")
+    p.add_argument("--token-budget", type=int, default=16384, help="padded tokens per micro-batch in the update")
+    # bookkeeping
+    p.add_argument("--save-every", type=int, default=50, help="checkpoint cadence in steps (and at the end)")
+    p.add_argument("--eval-every", type=int, default=0, help="held-out accuracy cadence in steps, 0 = off")
+    p.add_argument("--eval-problems", type=int, default=64, help="held-out problems per evaluation")
+    p.add_argument("--sample-every", type=int, default=10, help="write one episode as text to samples.txt every N steps")
+    args = p.parse_args(argv)
+    args.kl_coefs = parse_role_values(p, "--kl", args.kl)
+    args.role_weight_map = parse_role_values(p, "--role-weights", args.role_weights) if args.role_weights else None
+    for name in ("problems", "group", "max_new_tokens", "steps"):
+        v = getattr(args, name)
+        if v is not None and v < 1:
+            p.error(f"--{name.replace('_', '-')} must be at least 1, got {v}")
+    return args
+
+
+def parse_role_values(parser, flag, text):
+    """'0.1' -> {None: 0.1} (every role); 'generator=3,evaluator=1' -> {'generator': 3.0, ...}."""
+    try:
+        if "=" not in text:
+            return {None: float(text)}
+        pairs = [item.split("=") for item in text.split(",") if item.strip()]
+        return {k.strip(): float(v) for k, v in pairs}
+    except ValueError:
+        parser.error(f"{flag} expects a number or role=number pairs separated by commas, got {text!r}")
+
+
+def role_value(values, role, default):
+    return values.get(role, values.get(None, default))
+
+
+# ---------------------------------------------------------------------------------------------
+# run directory: config, checkpoints, metrics
+
+def checkpoints(out):
+    return sorted(d for d in os.listdir(out) if d.startswith("step_") and not d.endswith(".tmp")) \
+        if os.path.isdir(out) else []
+
+
+def save_checkpoint(out, step, model, adapters, optimizers, gen, consumed, config):
+    """Everything needed to continue exactly: adapters (safetensors), optimizer states, RNG
+    states, data position (the learning rate is a function of the step). Written to a temporary folder, then renamed (atomic)."""
+    final = os.path.join(out, f"step_{step:06d}")
+    tmp = final + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    for name in adapters:
+        lora.save_adapter(model, name, os.path.join(tmp, f"{name}.safetensors"),
+                          {"step": str(step), "model": config["model_used"], "workflow": config["workflow"]})
+    torch.save({
+        "step": step, "consumed": consumed,
+        "optimizers": {k: o.state_dict() for k, o in optimizers.items()},
+        "rng": {"torch": torch.get_rng_state(), "sampler": gen.get_state(),
+                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None},
+    }, os.path.join(tmp, "state.pt"))
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+
+
+def load_checkpoint(out, model, adapters, optimizers, gen):
+    folder = os.path.join(out, checkpoints(out)[-1])
+    for name in adapters:
+        lora.load_adapter(model, name, os.path.join(folder, f"{name}.safetensors"))
+    state = torch.load(os.path.join(folder, "state.pt"), weights_only=False)
+    for k, o in optimizers.items():
+        o.load_state_dict(state["optimizers"][k])
+    torch.set_rng_state(state["rng"]["torch"])
+    gen.set_state(state["rng"]["sampler"])
+    if state["rng"]["cuda"] is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["rng"]["cuda"])
+    # metrics logged after the checkpoint (an interrupted step) are dropped: they will be redone
+    path = os.path.join(out, "metrics.jsonl")
+    if os.path.exists(path):
+        with open(path) as f:
+            keep = [line for line in f if line.strip() and json.loads(line)["step"] <= state["step"]]
+        with open(path, "w") as f:
+            f.writelines(keep)
+    print(f"resumed from {folder}: step {state['step']}, adapters {list(adapters)}, optimizer "
+          f"states, RNG states, data position {state['consumed']}", flush=True)
+    return state["step"], state["consumed"]
+
+
+def draw(problems, consumed, count, seed):
+    """Problems consumed..consumed+count of an endless stream of seeded per-epoch permutations, so
+    the data position is one integer and resuming needs no RNG state."""
+    out = []
+    for k in range(consumed, consumed + count):
+        epoch, i = divmod(k, len(problems))
+        out.append(problems[np.random.default_rng([seed, epoch]).permutation(len(problems))[i]])
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# the update
+
+def update_groups(rows, slots, args):
+    """(adapter, row indices) per optimizer step, in order. IP updates roles in ROLES order; the
+    order does not matter because each adapter only changes its own rows' log-probs and all old
+    log-probs were computed before the first step."""
+    live = [i for i, r in enumerate(rows) if r.completion_ids]
+    if args.policy == "sp":
+        return [("shared", live)]
+    groups = []
+    for role in ROLES[args.workflow]:
+        mine = [i for i in live if rows[i].role == role]
+        if mine and args.parallel_steps == "per-instance" and (args.workflow, role) in PARALLEL_ROLES:
+            groups += [(role, [i for i in mine if slots[i] == k]) for k in sorted({slots[i] for i in mine})]
+        elif mine:
+            groups.append((role, mine))
+    return groups
+
+
+def optimizer_step(model, adapter, rows, adv, old_lp, ref_lp, opt, args, stats):
+    """One AdamW step of `adapter` on `rows` (Turns) with their advantages, old and reference
+    log-probs (parallel lists). Micro-batches are built per role so that each role's gradient
+    contribution can be measured. Returns False, leaving the adapter unchanged, when the loss or
+    the gradient is not finite."""
+    lengths = [len(r.completion_ids) for r in rows]
+    weights, shares = grpo.token_weights([r.role for r in rows], lengths, args.loss_agg, args.role_weight_map)
+    params = lora.adapter_parameters(model, adapter)
+    lora.set_adapter(model, adapter)
+    model.train()
+    opt.zero_grad(set_to_none=True)
+    before, finite = None, True
+    for role in sorted({r.role for r in rows}):
+        idx = [i for i, r in enumerate(rows) if r.role == role]
+        s = stats[role]
+        s["weight_share"].append(shares[role])
+        for mb in grpo.micro_batches([lengths[i] for i in idx], args.token_budget):
+            mb = [idx[j] for j in mb]
+            lps, ents = grpo.completion_logprobs(model, [rows[i].prompt_ids for i in mb],
+                                                 [rows[i].completion_ids for i in mb], args.temperature)
+            lp = torch.cat(lps)
+            n = torch.tensor([lengths[i] for i in mb], device=lp.device)
+            per_token = lambda vals: torch.repeat_interleave(torch.tensor(vals, dtype=lp.dtype, device=lp.device), n)
+            ref = torch.cat([ref_lp[i] for i in mb]) if ref_lp[mb[0]] is not None else None
+            loss_t, clipped, kl = grpo.token_loss(
+                lp, torch.cat([old_lp[i] for i in mb]), per_token([adv[i] for i in mb]), args.clip_low,
+                args.clip_high, args.dual_clip, ref, per_token([role_value(args.kl_coefs, role, 0.0)] * len(mb)))
+            loss = (per_token([weights[i] for i in mb]) * loss_t).sum()
+            finite &= bool(torch.isfinite(loss))
+            loss.backward()
+            s["loss"] += loss.item()
+            s["entropy_sum"] += torch.cat(ents).sum().item()
+            s["clipped"] += clipped.sum().item()
+            s["kl_sum"] += kl.sum().item()
+            s["train_tokens"] += lp.numel()
+        grads = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).flatten() for p in params])
+        s["grad_norm_sq"] += float(((grads - before) if before is not None else grads).norm() ** 2)
+        before = grads
+    norm = torch.nn.utils.clip_grad_norm_(params, args.grad_clip)
+    model.eval()
+    if not (finite and torch.isfinite(norm)):
+        opt.zero_grad(set_to_none=True)
+        return False
+    opt.step()
+    for role in {r.role for r in rows}:
+        stats[role]["optimizer_steps"] += 1
+    return True
+
+
+def train_step(model, tok, problems, args, optimizers, gen, step):
+    """Rollouts -> rewards -> advantages -> old log-probs -> updates. Returns (metrics, episodes)."""
+    t0 = time.perf_counter()
+    role_adapter = {r: ("shared" if args.policy == "sp" else r) for r in ROLES[args.workflow]}
+    episodes = run_workflow(args.workflow, problems, args.group, make_policy(
+        model, tok, role_adapter, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+        top_p=args.top_p, max_prompt_tokens=args.max_prompt_tokens, generator=gen),
+        task=args.task, rounds=args.rounds, n_voters=args.voters)
+    t1 = time.perf_counter()
+
+    rows, keys, slots = [], [], []
+    for ep in episodes:
+        seen = {}
+        for turn in ep.turns:
+            seen[turn.role] = seen.get(turn.role, -1) + 1
+            rows.append(turn)
+            keys.append((ep.problem_id, turn.instance))  # the GRPO group of this row
+            slots.append(seen[turn.role])                # k-th turn of its role: the parallel instance
+    adv, singletons = grpo.group_advantages(keys, [r.reward for r in rows], scale=not args.adv_mean_only)
+    # Old log-probs are recomputed, not taken from the sampler: the sampler's come from another
+    # kernel path (KV cache, padding, batch shape, bf16 on GPU), while the ratio must be exactly 1
+    # before the first update. On CPU in fp32 both agree to ~1e-5 (tests/test_grpo.py).
+    old_lp, ref_lp = [None] * len(rows), [None] * len(rows)
+    with torch.no_grad():
+        for adapter in optimizers:
+            mine = [i for i, r in enumerate(rows) if role_adapter[r.role] == adapter and r.completion_ids]
+            for mb in grpo.micro_batches([len(rows[i].completion_ids) for i in mine], args.token_budget):
+                mb = [mine[j] for j in mb]
+                use_kl = [i for i in mb if role_value(args.kl_coefs, rows[i].role, 0.0)]
+                for target, name, sel in [(old_lp, adapter, mb), (ref_lp, None, use_kl)]:
+                    if sel:
+                        lora.set_adapter(model, name)
+                        lps, _ = grpo.completion_logprobs(model, [rows[i].prompt_ids for i in sel],
+                                                          [rows[i].completion_ids for i in sel], args.temperature)
+                        for i, lp in zip(sel, lps):
+                            target[i] = lp
+    t2 = time.perf_counter()
+
+    stats = {role: dict(weight_share=[], grad_norm_sq=0.0, loss=0.0, entropy_sum=0.0, clipped=0,
+                        kl_sum=0.0, train_tokens=0, optimizer_steps=0) for role in ROLES[args.workflow]}
+    groups = update_groups(rows, slots, args)
+    skipped = 0
+    for adapter, idx in groups:
+        adapter = "shared" if args.policy == "sp" else adapter
+        pick = lambda xs: [xs[i] for i in idx]
+        skipped += not optimizer_step(model, adapter, pick(rows), pick(adv), pick(old_lp), pick(ref_lp),
+                                      optimizers[adapter], args, stats)
+    t3 = time.perf_counter()
+
+    metrics = {"step": step, "reward_mean": float(np.mean([ep.reward for ep in episodes])),
+               "accuracy": float(np.mean([ep.reward == 1.0 for ep in episodes])),
+               "episodes": len(episodes), "rows": len(rows), "singleton_groups": singletons,
+               "zero_advantage_rows": sum(a == 0 for a in adv), "optimizer_steps": len(groups),
+               "skipped_steps": skipped, "grade_status": count([ep.status for ep in episodes]),
+               "lr": next(iter(optimizers.values())).param_groups[0]["lr"], "roles": {}}
+    for role, s in stats.items():
+        mine = [r for r in rows if r.role == role]
+        if not mine:
+            continue
+        tokens = sum(len(r.completion_ids) for r in mine)
+        metrics["roles"][role] = {
+            "rows": len(mine), "tokens": tokens, "mean_length": tokens / len(mine),
+            "truncation_rate": sum(r.finish == "length" for r in mine) / len(mine),
+            # share of the loss weight within the optimizer steps it took part in (mean over them)
+            "weight_share": float(np.mean(s["weight_share"])) if s["weight_share"] else 0.0,
+            "grad_norm": math.sqrt(s["grad_norm_sq"]), "loss": s["loss"],
+            "entropy": s["entropy_sum"] / max(1, s["train_tokens"]),
+            "clip_fraction": s["clipped"] / max(1, s["train_tokens"]),
+            "kl": s["kl_sum"] / max(1, s["train_tokens"]), "optimizer_steps": s["optimizer_steps"],
+            "diag_correct": float(np.mean([r.correct for r in mine if r.correct is not None]))
+            if any(r.correct is not None for r in mine) else None}
+    metrics["workflow"] = workflow_facts(args.workflow, episodes)
+    metrics["time"] = {"rollout_and_reward": t1 - t0, "old_logprobs": t2 - t1, "update": t3 - t2,
+                       "total": t3 - t0,
+                       "rollout_tokens_per_s": sum(len(r.completion_ids) for r in rows) / max(t1 - t0, 1e-9)}
+    return metrics, episodes
+
+
+def count(items):
+    out = {}
+    for x in items:
+        out[x] = out.get(x, 0) + 1
+    return out
+
+
+def workflow_facts(workflow, episodes):
+    """Per-workflow facts for the log, from the episodes' facts (diagnostics, not training)."""
+    facts = [ep.facts for ep in episodes]
+    mean = lambda xs: float(np.mean(xs)) if xs else None
+    if workflow == "evalopt":
+        verdicts = [v for f in facts for v in f.get("verdict_correct", [])]
+        return {"retry_rate": mean([f.get("rounds", 1) > 1 for f in facts]),
+                "mean_rounds": mean([f.get("rounds", 1) for f in facts]),
+                "verdict_accuracy": mean(verdicts)}
+    if workflow == "voting":
+        return {"pick_accuracy": mean([f["pick_correct"] for f in facts if f.get("any_candidate_correct")]),
+                "any_candidate_correct": mean([bool(f.get("any_candidate_correct")) for f in facts])}
+    if workflow == "orchworkers":
+        return {"mean_strategies": mean([f.get("n_strategies", 0) for f in facts]),
+                "any_worker_correct": mean([bool(f.get("any_worker_correct")) for f in facts])}
+    return {}
+
+
+def evaluate(model, tok, problems, args, gen):
+    role_adapter = {r: ("shared" if args.policy == "sp" else r) for r in ROLES[args.workflow]}
+    policy = make_policy(model, tok, role_adapter, max_new_tokens=args.max_new_tokens,
+                         temperature=args.temperature, top_p=args.top_p,
+                         max_prompt_tokens=args.max_prompt_tokens, generator=gen)
+    episodes = run_workflow(args.workflow, problems, 1, policy, task=args.task, rounds=args.rounds,
+                            n_voters=args.voters)
+    return float(np.mean([ep.reward for ep in episodes]))
+
+
+def write_sample(out, step, episode):
+    with open(os.path.join(out, "samples.txt"), "a") as f:
+        f.write(f"=== step {step} problem {episode.problem_id} rollout {episode.rollout} "
+                f"reward {episode.reward} ({episode.status})\n")
+        for t in episode.turns:
+            f.write(f"--- {t.instance} ({t.role}, {len(t.completion_ids)} tokens, {t.finish})\n{t.text}\n")
+
+
+# ---------------------------------------------------------------------------------------------
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.resume and not args.out:
+        sys.exit("error: --resume needs --out DIR (the run to continue)")
+    if args.resume:
+        saved = os.path.join(args.out, "config.json")
+        if not os.path.exists(saved) or not checkpoints(args.out):
+            sys.exit(f"error: --resume: no checkpoint in {args.out} (nothing to continue)")
+        with open(saved) as f:
+            config = json.load(f)
+        steps = args.steps  # the only setting a resume may change: train for longer
+        args = argparse.Namespace(**{**config, "resume": True})
+        args.steps = steps or args.steps
+        args.model = config["model_used"]
+    elif args.out and (checkpoints(args.out) or os.path.exists(os.path.join(args.out, "metrics.jsonl"))):
+        sys.exit(f"error: {args.out} already holds a run; pass --resume to continue it or choose another --out")
+
+    try:  # bad input gets one clear line, not a traceback
+        problems = load_problems(args.data, args.task) if args.data else builtin_problems(args.task, "train", seed=args.seed)
+        eval_set = []
+        if args.eval_every:
+            eval_set = (load_problems(args.eval_data, args.task) if args.eval_data
+                        else builtin_problems(args.task, "test", seed=args.seed))[:args.eval_problems]
+        model, tok, model_used = load_default_model(args.model, args.device)
+    except (OSError, ValueError, RuntimeError) as e:
+        sys.exit(f"error: {e}")
+    tiny = model_used == TINY
+    for name, (real, small) in SIZED.items():
+        if getattr(args, name) is None:
+            setattr(args, name, small if tiny else real)
+    args.model_used = model_used
+    args.out = args.out or os.path.join("runs", f"{args.workflow}-{args.policy}-{args.task}-{time.strftime('%Y%m%d-%H%M%S')}")
+    os.makedirs(args.out, exist_ok=True)
+
+    torch.manual_seed(args.seed)
+    adapters = ["shared"] if args.policy == "sp" else list(ROLES[args.workflow])
+    targets = args.lora_targets.split(",") if args.lora_targets else None
+    for name in adapters:
+        lora.add_adapter(model, name, rank=args.lora_rank, alpha=args.lora_alpha,
+                         dropout=args.lora_dropout, targets=targets)
+    optimizers = {name: torch.optim.AdamW(lora.adapter_parameters(model, name), lr=args.lr,
+                                          weight_decay=args.weight_decay) for name in adapters}
+    device = next(model.parameters()).device
+    gen = torch.Generator(device=device).manual_seed(args.seed)
+    start, consumed = 0, 0
+    if args.resume:
+        start, consumed = load_checkpoint(args.out, model, adapters, optimizers, gen)
+        if start >= args.steps:
+            print(f"{args.out} is already finished: step {start} of {args.steps}. "
+                  f"Pass a larger --steps to train further.")
+            return args.out
+    config = {k: v for k, v in vars(args).items()}
+    with open(os.path.join(args.out, "config.json"), "w") as f:
+        json.dump(config, f, indent=1)
+    print(f"run {args.out}: {args.workflow} / {args.policy.upper()} / {args.task} on {model_used} ({device}), "
+          f"{len(problems)} training problems, adapters {adapters}", flush=True)
+
+    stop = {"requested": False}
+
+    def on_sigint(signum, frame):
+        if stop["requested"]:
+            raise KeyboardInterrupt
+        stop["requested"] = True
+        print("\nCtrl-C: finishing this step, then saving a checkpoint (Ctrl-C again aborts unsaved)", flush=True)
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    bad_in_a_row = 0
+    step = start
+    try:
+        bar = tqdm(range(start, args.steps), initial=start, total=args.steps, desc="train", dynamic_ncols=True)
+        for step in bar:
+            batch = draw(problems, consumed, args.problems, args.seed)
+            consumed += args.problems
+            for opt in optimizers.values():
+                for g in opt.param_groups:
+                    g["lr"] = args.lr * lr_factor(step, args)
+            metrics, episodes = train_step(model, tok, batch, args, optimizers, gen, step + 1)
+            if eval_set and (step + 1) % args.eval_every == 0:
+                metrics["eval_accuracy"] = evaluate(model, tok, eval_set, args, gen)
+            with open(os.path.join(args.out, "metrics.jsonl"), "a") as f:
+                f.write(json.dumps(metrics) + "\n")
+            if args.sample_every and (step + 1) % args.sample_every == 0 or step == start:
+                write_sample(args.out, step + 1, episodes[0])
+            bar.set_postfix(reward=f"{metrics['reward_mean']:.3f}", skipped=metrics["skipped_steps"])
+            bad_in_a_row = bad_in_a_row + 1 if metrics["skipped_steps"] else 0
+            done = step + 1 == args.steps
+            if done or stop["requested"] or bad_in_a_row >= 3 or (step + 1) % args.save_every == 0:
+                save_checkpoint(args.out, step + 1, model, adapters, optimizers, gen, consumed, config)
+            if bad_in_a_row >= 3:
+                sys.exit(f"error: non-finite loss or gradient in {bad_in_a_row} steps in a row; stopped at step "
+                         f"{step + 1} (checkpoint saved). Try a lower --lr.")
+            if stop["requested"]:
+                print(f"stopped at step {step + 1}; continue with: python train.py --out {args.out} --resume")
+                break
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    print(f"done: {args.out} (metrics.jsonl, config.json, {len(checkpoints(args.out))} checkpoint(s))")
+    return args.out
+
+
+def lr_factor(step, args):
+    """Linear warm-up over --warmup steps, then cosine decay to 0 at --steps (or constant)."""
+    if step < args.warmup:
+        return (step + 1) / args.warmup
+    if args.no_cosine:
+        return 1.0
+    progress = (step - args.warmup) / max(1, args.steps - args.warmup)
+    return 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+
+
+if __name__ == "__main__":
+    main()
