@@ -295,7 +295,11 @@ def test_humaneval_canonical_solutions_pass():
     assert [p["id"] for p, (r, _) in zip(probs, stubs) if r != 0.0] == []
 
 
-MBPP_KNOWN_FAILURES: dict[str, str] = {}  # none: all 974 reference solutions pass (PYTHONHASHSEED=0)
+# Reference solutions that may fail here, and why (only in the full run: not in the every-4th subset).
+MBPP_KNOWN_FAILURES = {
+    "mbpp-123": "timeout, load-dependent: the reference sums divisors in O(n^2) up to 9999 and needs ~5 s of CPU, "
+                "right at the 5 s default limit (passes on an idle machine, times out on a busy one)",
+}
 
 
 @needs("mbpp", "mbpp.jsonl")
