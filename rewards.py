@@ -52,6 +52,7 @@ import sysconfig
 import tempfile
 import threading
 import time
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from fractions import Fraction
@@ -68,6 +69,23 @@ class _Undecided(Exception):
 
 # ----------------------------------------------------------------------------------------------- math
 
+def _arg(s: str, i: int) -> tuple[str, int]:
+    """One LaTeX argument at s[i:]: a {group}, a \\command or a single character."""
+    while i < len(s) and s[i] == " ":
+        i += 1
+    if i >= len(s):
+        raise ValueError(s)
+    if s[i] == "{":
+        depth = 0
+        for k in range(i, len(s)):
+            depth += {"{": 1, "}": -1}.get(s[k], 0)
+            if depth == 0:
+                return s[i + 1:k], k + 1
+        raise ValueError(s)
+    m = re.match(r"\\[a-zA-Z]+", s[i:])
+    return (m.group(0), i + m.end()) if m else (s[i], i + 1)
+
+
 def last_boxed(text: str) -> str | None:
     """Content of the last \\boxed{...} / \\fbox{...} (brace-matched) or `\\boxed 5`; None if absent or unclosed."""
     i = max(text.rfind("\\boxed"), text.rfind("\\fbox"))
@@ -75,12 +93,10 @@ def last_boxed(text: str) -> str | None:
         return None
     j = i + (6 if text.startswith("\\boxed", i) else 5)
     if text[j:j + 1] == "{":
-        depth = 0
-        for k in range(j, len(text)):
-            depth += {"{": 1, "}": -1}.get(text[k], 0)
-            if depth == 0:
-                return text[j + 1:k]
-        return None
+        try:
+            return _arg(text, j)[0]
+        except ValueError:  # unclosed
+            return None
     m = re.match(r"\s+([^\s$]+)", text[j:])  # `\boxed 5`: one token
     return m.group(1) if m else None
 
@@ -143,23 +159,6 @@ def _container(s: str) -> tuple[str, list[str]] | None:
             cur += ch
     items.append(cur.strip())
     return (kind, items) if len(items) > 1 else None
-
-
-def _arg(s: str, i: int) -> tuple[str, int]:
-    """One LaTeX argument at s[i:]: a {group}, a \\command or a single character."""
-    while i < len(s) and s[i] == " ":
-        i += 1
-    if i >= len(s):
-        raise ValueError(s)
-    if s[i] == "{":
-        depth = 0
-        for k in range(i, len(s)):
-            depth += {"{": 1, "}": -1}.get(s[k], 0)
-            if depth == 0:
-                return s[i + 1:k], k + 1
-        raise ValueError(s)
-    m = re.match(r"\\[a-zA-Z]+", s[i:])
-    return (m.group(0), i + m.end()) if m else (s[i], i + 1)
 
 
 _NAMES = {"pi": "pi", "infty": "oo", "cdot": "*", "times": "*", "div": "/", "sin": "sin", "cos": "cos",
@@ -351,11 +350,11 @@ class ExecResult:
     seconds: float
 
 
-# Runs in the sandbox process. Everything it needs after the program ran is bound to locals first: a program can
-# rebind module globals (import __main__; __main__.exec = ...) but the frames holding these locals are off limits.
+# Runs in the sandbox process. Everything it uses once the program runs is a local (or a default argument) bound
+# beforehand: a program can rebind globals and builtins (__main__.exec = ...), but not the frames holding these.
 _HARNESS = r"""
-import builtins, ctypes, json, os, resource, signal, sys
 def main():
+    import builtins, ctypes, json, os, resource, signal, sys  # locals, like everything below
     job_path, result_fd = sys.argv[1], int(sys.argv[2])
     with open(job_path) as f:
         job = json.load(f)
@@ -397,10 +396,10 @@ def main():
     path_events = {"os.remove": 1, "os.rmdir": 1, "os.mkdir": 1, "os.chmod": 1, "os.chown": 1, "os.utime": 1,
                    "os.symlink": 1, "os.rename": 2, "os.link": 2, "os.truncate": 0, "shutil.rmtree": 1}
     wflags = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
-    def inside(p):
+    def inside(p, sep=os.sep):
         p = realpath(fsdecode(p))
-        return (p + os.sep).startswith(work) or p == "/dev/null"
-    def hook(event, args):
+        return (p + sep).startswith(work) or p == "/dev/null"
+    def hook(event, args, isinstance=isinstance, any=any, str=str, int=int, paths=(str, bytes, os.PathLike)):
         if event in deny or event.startswith(("ctypes.", "socket.")):
             raise PermissionError("sandbox: " + event)
         if event == "sys._getframe":
@@ -413,7 +412,7 @@ def main():
                 raise PermissionError("sandbox: open " + str(args[0]))
         elif event in path_events:
             n = path_events[event]
-            if any(isinstance(a, (str, bytes, os.PathLike)) and not inside(a) for a in args) or \
+            if any(isinstance(a, paths) and not inside(a) for a in args) or \
                     any(a not in (None, -1) for a in args[len(args) - n:] if n):
                 raise PermissionError("sandbox: " + event)
     g = {"__name__": "__main__", "__builtins__": builtins}
@@ -444,18 +443,14 @@ main()
 _SITE = [p for p in dict.fromkeys(sysconfig.get_paths()[k] for k in ("purelib", "platlib")) if os.path.isdir(p)]
 
 
-def _nobody() -> tuple[int, int]:
-    try:
-        return pwd.getpwnam("nobody")[2:4]
-    except KeyError:
-        return 65534, 65534
-
-
 def _rmtree(path: str) -> None:
     def retry(func, p, _):  # a program may have made its files read-only
+        for q in (os.path.dirname(p), p):
+            try:
+                os.chmod(q, 0o700)
+            except OSError:
+                pass
         try:
-            os.chmod(os.path.dirname(p), 0o700)
-            os.chmod(p, 0o700)
             func(p)
         except OSError:
             pass
@@ -469,7 +464,10 @@ def run_python(code: str, tests: str = "", *, setup: str = "", entry_point: str 
     t0 = time.monotonic()
     if timeout <= 0:
         return ExecResult("timeout", None, "", "batch time budget spent", 0.0)
-    uid, gid = _nobody()
+    try:
+        uid, gid = pwd.getpwnam("nobody")[2:4]
+    except KeyError:
+        uid = gid = 65534
     nonce, cap = secrets.token_hex(16), OUTPUT_MB << 20
     job = dict(mode="test" if stdin is None else "io", setup=setup, code=code, tests=tests, entry_point=entry_point,
                nonce=nonce, timeout=timeout, path=_SITE, uid=uid, gid=gid, cpu=int(timeout) + 1,
@@ -537,7 +535,8 @@ def _same_output(out: str, expected: str) -> bool:
 
 
 def code_check(completion: str, problem: dict, deadline: float | None = None) -> tuple[float, str]:
-    """(reward, status) of a code completion; `deadline` (time.monotonic()) caps every run's time limit."""
+    """(reward, status) of a code completion. Each run gets problem.get("timeout", TIMEOUT_S) seconds, capped by
+    `deadline` (a time.monotonic() value)."""
     code = extract_code(completion)
     if code is None:
         return 0.0, "no_code"
@@ -565,6 +564,14 @@ def code_reward(completion: str, problem: dict) -> float:
 
 # ----------------------------------------------------------------------------------------------- batch
 
+def _safe(check, *args) -> tuple[float, str]:
+    try:
+        return check(*args)
+    except Exception as e:  # a checker bug must not stop training: it scores 0 and shows up as 'error'
+        warnings.warn(f"rewards.{check.__name__} raised {e!r}")
+        return 0.0, "error"
+
+
 def grade(completions: list[str], problems: list[dict], max_workers: int | None = None,
           total_timeout: float | None = None) -> list[tuple[float, str]]:
     """(reward, status) per item, dispatched on problem["task"]. Programs run in parallel (max_workers, default
@@ -575,12 +582,12 @@ def grade(completions: list[str], problems: list[dict], max_workers: int | None 
         raise ValueError(f"unknown task(s) {bad}: expected 'math' or 'code'")
     deadline = None if total_timeout is None else time.monotonic() + total_timeout
     results: list = [None] * len(problems)
-    with ThreadPoolExecutor(max_workers or os.cpu_count() or 1) as pool:
-        futures = {i: pool.submit(code_check, c, p, deadline)
+    with ThreadPoolExecutor(max_workers or len(os.sched_getaffinity(0))) as pool:
+        futures = {i: pool.submit(_safe, code_check, c, p, deadline)
                    for i, (c, p) in enumerate(zip(completions, problems)) if p["task"] == "code"}
         for i, (c, p) in enumerate(zip(completions, problems)):  # math is cheap: here, while programs run
             if p["task"] == "math":
-                results[i] = math_check(c, p["answer"])
+                results[i] = _safe(math_check, c, p["answer"])
         for i, f in futures.items():
             results[i] = f.result()
     return results

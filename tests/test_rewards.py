@@ -204,7 +204,8 @@ def test_adversary_files_outside_its_directory(tmp_path):
     victim, planted = tmp_path / "victim.txt", tmp_path / "planted.txt"
     victim.write_text("keep me")
     loose = Path("/tmp") / f"grpo-planted-{secrets.token_hex(4)}"  # /tmp is world-writable
-    run_adversary(f"import os, shutil\ndone = 0\n"
+    # it first blinds the builtins a naive audit hook would call (isinstance, any), then tries five ways out
+    run_adversary(f"import builtins, os, shutil\nbuiltins.isinstance = builtins.any = lambda *a: False\ndone = 0\n"
                   f"for act in (lambda: os.remove({str(victim)!r}), lambda: open({str(planted)!r}, 'w').write('x'),\n"
                   f"            lambda: open({str(loose)!r}, 'w').write('x'), lambda: shutil.rmtree({str(tmp_path)!r}),\n"
                   f"            lambda: os.rename({str(victim)!r}, 'stolen.txt')):\n"
