@@ -12,14 +12,21 @@ truncation, i.e. log_softmax(logits / temperature) (temperature 1 for greedy). g
 the training log-probs the same way, so at the sampling weights they agree (see tests).
 The pad id always counts as a stop id, so padding can never appear inside a completion.
 
-Left out here: the CUDA fast path (static cache, CUDA graphs) lives in `sample_fast` below when
-present; beam search, repetition penalties and speculative decoding are not needed for GRPO.
+`sample_fast` is the GPU path (used by `sample` on CUDA when there is no top-k / top-p): a
+preallocated KV cache, the decode step captured once per call as a CUDA graph, attention that reads
+each key/value head once for its whole query group (HF's SDPA path copies the cache per query head
+when a mask is present), sampling on the GPU with no host synchronisation per token, and the batch
+compacted when many rows are done. It gives the simple path's greedy tokens (allowing for bf16 ties)
+and samples from the same distribution (tests/test_sampler.py).
+
+Left out: beam search, repetition penalties, speculative decoding, paged attention.
 """
 import inspect
 from dataclasses import dataclass
 
 import torch
-from transformers import DynamicCache
+import torch.nn.functional as F
+from transformers import AttentionInterface, DynamicCache
 
 
 @dataclass
@@ -72,14 +79,20 @@ def pick(logits, temperature, top_k, top_p, generator):
 
 @torch.no_grad()
 def sample(model, prompts, n=1, max_new_tokens=256, temperature=1.0, top_p=1.0, top_k=0,
-           stop_ids=(), pad_id=0, generator=None, min_new_tokens=0):
+           stop_ids=(), pad_id=0, generator=None, min_new_tokens=0, fast=None):
     """Sample n completions for each prompt (a list of token-id lists).
 
     Returns P * n Completions, prompt-major (row i*n + j is sample j of prompt i). `generator`
     (a torch.Generator on the model's device) makes sampling reproducible; greedy when
     temperature == 0. `min_new_tokens` masks the stop ids until that many tokens exist (used by
-    benchmarks to force a fixed length, as `generate(min_new_tokens=...)` does)."""
+    benchmarks to force a fixed length, as `generate(min_new_tokens=...)` does). `fast` picks
+    sample_fast (default: on CUDA when top_k and top_p are off)."""
     device = next(model.parameters()).device
+    if fast is None:
+        fast = device.type == "cuda" and top_p >= 1.0 and not top_k
+    if fast:
+        return sample_fast(model, prompts, n, max_new_tokens, temperature, stop_ids, pad_id, generator,
+                           min_new_tokens)
     rows = [p for p in prompts for _ in range(n)]
     if not rows:
         return []
@@ -119,3 +132,159 @@ def sample(model, prompts, n=1, max_new_tokens=256, temperature=1.0, top_p=1.0, 
         logits = model(input_ids=tokens[:, None], attention_mask=mask, position_ids=positions,
                        **kw).logits[:, -1]
     return [Completion(i // n, out_tokens[i], out_logprobs[i], finish[i]) for i in range(len(rows))]
+
+
+# ------------------------------------------------------------------------------------------------
+# The fast path.
+
+class StaticKV:
+    """Preallocated key/value buffers (rows, kv_heads, length, head_dim) per layer, written at
+    `self.pos` (a device tensor, so a captured CUDA graph reads the current value). It answers the
+    two calls an HF decoder makes on its cache: update() and get_seq_length()."""
+
+    def __init__(self, config, rows, length, device, dtype):
+        config = config.get_text_config()
+        kv_heads = config.num_key_value_heads
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        shape = (rows, kv_heads, length, head_dim)
+        self.k = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.num_hidden_layers)]
+        self.v = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.num_hidden_layers)]
+        self.pos = torch.zeros((), dtype=torch.long, device=device)
+        self.steps = torch.arange(length, device=device)
+        self.rows = rows  # the batch uses rows [:self.rows]; compaction shrinks it
+
+    def update(self, key, value, layer_idx, *args, **kwargs):
+        where = self.pos + self.steps[:key.shape[2]]
+        k, v = self.k[layer_idx][:self.rows], self.v[layer_idx][:self.rows]
+        k.index_copy_(2, where, key)
+        v.index_copy_(2, where, value)
+        return k, v
+
+    def get_seq_length(self, layer_idx=0):
+        return int(self.pos)
+
+    def keep(self, index):
+        """Move rows `index` (device tensor) to the front; the batch becomes len(index) rows."""
+        for buf in self.k + self.v:
+            buf[:len(index)] = buf[index]
+        self.rows = len(index)
+
+
+def gqa_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    """Attention for the fast path. query (B, H, q, D); key/value (B, Hkv, L, D); attention_mask
+    bool (B, 1, q, L), True = attend. Returns (B, q, H, D) as HF's attention functions do.
+    A single decode query is regrouped as (B, Hkv, H/Hkv, D), so each cached head is read once."""
+    B, H, q, D = query.shape
+    kv_heads = key.shape[1]
+    if q > 1:
+        out = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, scale=scaling,
+                                             enable_gqa=kv_heads != H)
+        return out.transpose(1, 2), None
+    scores = torch.matmul(query.view(B, kv_heads, H // kv_heads, D), key.transpose(-1, -2)).float()
+    scores = (scores * (scaling or D ** -0.5)).masked_fill(~attention_mask, float("-inf"))
+    out = torch.matmul(scores.softmax(-1).to(value.dtype), value)  # (B, Hkv, H/Hkv, D)
+    return out.view(B, H, 1, D).transpose(1, 2), None
+
+
+AttentionInterface.register("gqa_static", gqa_attention)
+
+
+def draw(logits, temperature, generator):
+    """Sample on the device without host sync: argmax of log p - log(Exp(1)) noise (the Gumbel-max
+    trick) draws exactly from softmax(logits / T). Returns (tokens, log-probs at temperature T)."""
+    if temperature == 0:
+        tokens = logits.argmax(-1)
+        return tokens, torch.log_softmax(logits, -1).gather(-1, tokens[:, None])[:, 0]
+    logp = torch.log_softmax(logits / temperature, -1)
+    noise = torch.empty_like(logp).exponential_(generator=generator)
+    tokens = (logp - noise.log()).argmax(-1)
+    return tokens, logp.gather(-1, tokens[:, None])[:, 0]
+
+
+@torch.no_grad()
+def sample_fast(model, prompts, n=1, max_new_tokens=256, temperature=1.0, stop_ids=(), pad_id=0,
+                generator=None, min_new_tokens=0, cuda_graph=None, check_every=32):
+    """`sample` for the GPU (same arguments and result, no top-k / top-p). cuda_graph defaults to
+    True on CUDA; False runs the same code eagerly (how the CPU tests check it). Every
+    `check_every` tokens the host looks once at how many rows are done: it stops when all are, and
+    compacts the batch (a new graph for the smaller batch) when at most half are still running."""
+    device = next(model.parameters()).device
+    cuda_graph = device.type == "cuda" if cuda_graph is None else cuda_graph
+    rows = [p for p in prompts for _ in range(n)]
+    if not rows:
+        return []
+    if any(len(p) == 0 for p in rows):
+        raise ValueError("empty prompt: every prompt needs at least one token")
+    B, Lp = len(rows), max(len(p) for p in rows)
+    L = Lp + max_new_tokens
+    stops = torch.tensor(sorted(set(stop_ids) | {pad_id}), device=device)
+    ids, pmask, positions = left_pad(rows, pad_id, device)
+    cache = StaticKV(model.config, B, L, device, next(model.parameters()).dtype)
+    # prefill mask (B, 1, Lp, L): causal, no padding keys; a padding query sees itself (finite rows)
+    real = pmask.bool()[:, None, None, :]
+    causal = torch.ones(Lp, Lp, dtype=torch.bool, device=device).tril()
+    prefill = (causal & real) | torch.eye(Lp, dtype=torch.bool, device=device)
+    prefill = F.pad(prefill, (0, L - Lp))
+    mask = F.pad(real, (0, L - Lp))  # decode mask (B, 1, 1, L), grows by one slot per token
+    kw = {cache_kw(model): cache, "use_cache": True}
+    saved_impl = model.config._attn_implementation
+    model.config._attn_implementation = "gqa_static"
+    try:
+        logits = model(input_ids=ids, attention_mask={"full_attention": prefill}, position_ids=positions,
+                       logits_to_keep=1, **kw).logits[:, -1]
+        tok_in, pos_in = torch.zeros(B, 1, dtype=torch.long, device=device), positions[:, -1:].clone()
+        out_tok = torch.full((B, max_new_tokens), pad_id, dtype=torch.long, device=device)
+        out_lp = torch.zeros(B, max_new_tokens, device=device)
+        done = torch.zeros(B, dtype=torch.bool, device=device)
+        active = torch.arange(B, device=device)  # original row of each batch row
+        step_fn = lambda: model(input_ids=tok_in[:cache.rows], attention_mask={"full_attention": mask[:cache.rows]},
+                                position_ids=pos_in[:cache.rows], **kw).logits[:, -1]
+        graph = None
+        for t in range(max_new_tokens):
+            logits = logits.float()
+            if t < min_new_tokens:
+                logits[:, stops] = float("-inf")
+            tok, lp = draw(logits, temperature, generator)
+            out_tok[active, t], out_lp[active, t] = tok, lp
+            done[active] |= torch.isin(tok, stops)
+            if t == max_new_tokens - 1:
+                break
+            if (t + 1) % check_every == 0:  # the only host synchronisation in the loop
+                running = (~done[active]).nonzero()[:, 0]
+                if len(running) == 0:
+                    break
+                if len(running) <= cache.rows // 2:
+                    cache.keep(running)
+                    active, tok = active[running], tok[running]
+                    for buf in (mask, pos_in):
+                        buf[:len(running)] = buf[running]
+                    graph = None  # recaptured for the smaller batch
+            b = cache.rows
+            tok_in[:b, 0] = tok
+            mask[:b, 0, 0, Lp + t] = True
+            pos_in[:b] += 1
+            cache.pos.fill_(Lp + t)
+            if not cuda_graph:
+                logits = step_fn()
+            elif graph is None:  # warm up on a side stream (this is step t's real forward), then capture
+                side = torch.cuda.Stream()
+                side.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(side):
+                    logits = step_fn()
+                torch.cuda.current_stream().wait_stream(side)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    graph_logits = step_fn()
+            else:
+                graph.replay()
+                logits = graph_logits
+    finally:
+        model.config._attn_implementation = saved_impl
+    out_tok, out_lp, stop_set = out_tok.tolist(), out_lp.tolist(), set(stops.tolist())
+    result = []
+    for i in range(B):  # a row ends at its first stop id; what a done row drew later is dropped
+        ends = [j for j, t in enumerate(out_tok[i]) if t in stop_set]
+        length = ends[0] + 1 if ends else max_new_tokens
+        result.append(Completion(i // n, out_tok[i][:length], out_lp[i][:length],
+                                 "stop" if ends else "length"))
+    return result
