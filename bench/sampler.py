@@ -6,6 +6,12 @@ warm up, then timed over --repeats calls; tokens/s and the ratio are printed.
 
     python bench/sampler.py                      # tiny model on CPU, small workload
     python bench/sampler.py --model /root/mdl/model.gguf --prompts 64 --n 8 --new-tokens 512
+    python bench/sampler.py --model /root/mdl/model.gguf --arch qwen3-1.7b ...   # random weights
+
+--arch builds a randomly initialised Qwen3 of that size (its published shape) and uses --model only
+for the tokenizer. The floor printed is the larger of (weights + KV cache read once per decode step)
+/ bandwidth and 2 x params x rows FLOPs / matrix rate, summed over the steps, with the H200's
+measured 4.3 TB/s and 790 TFLOP/s (../shared/docs/gpu.md).
 """
 import argparse
 import os
@@ -13,11 +19,35 @@ import sys
 import time
 
 import torch
+import transformers
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from data import builtin_problems, load_problems  # noqa: E402
 from models import chat_ids, load_model, stop_ids  # noqa: E402
 from sampler import sample  # noqa: E402
+
+
+ARCHS = {  # published Qwen3 shapes; weights random
+    "qwen3-0.6b": dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
+                       num_key_value_heads=8, head_dim=128),
+    "qwen3-1.7b": dict(hidden_size=2048, intermediate_size=6144, num_hidden_layers=28, num_attention_heads=16,
+                       num_key_value_heads=8, head_dim=128),
+}
+BANDWIDTH, MATMUL = 4.3e12, 790e12  # bytes/s, FLOP/s: measured on the H200
+
+
+def floor_seconds(model, rows, prompt_len, new_tokens):
+    """Lower bound on the decode time: per step, max(bytes / bandwidth, FLOPs / matrix rate)."""
+    c = model.config.get_text_config()
+    params = sum(p.numel() for p in model.parameters())
+    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    kv_per_token = 2 * c.num_hidden_layers * c.num_key_value_heads * head_dim * next(model.parameters()).element_size()
+    total = 0.0
+    for t in range(new_tokens):
+        kv_bytes = rows * (prompt_len + t) * kv_per_token
+        total += max((weight_bytes + kv_bytes) / BANDWIDTH, 2 * params * rows / MATMUL)
+    return total
 
 
 def sync(device):
@@ -44,10 +74,19 @@ def main():
     p.add_argument("--new-tokens", type=int, default=64, help="tokens generated per row (forced)")
     p.add_argument("--temperature", type=float, default=0.7, help="sampling temperature")
     p.add_argument("--repeats", type=int, default=2, help="timed calls per contender after warm-up")
+    p.add_argument("--arch", choices=list(ARCHS), default=None, help="random-weight Qwen3 of this shape")
+    p.add_argument("--skip", nargs="*", default=[], choices=["dynamic", "static", "ours"], help="contenders to leave out")
     args = p.parse_args()
 
     model, tok = load_model(args.model)
     device = next(model.parameters()).device
+    if args.arch:
+        config = transformers.Qwen3Config(vocab_size=model.config.vocab_size, tie_word_embeddings=True,
+                                          max_position_embeddings=40960, rope_theta=1e6, **ARCHS[args.arch])
+        dtype = next(model.parameters()).dtype
+        with torch.device(device):
+            model = transformers.Qwen3ForCausalLM(config).to(dtype).eval().requires_grad_(False)
+        model.generation_config.eos_token_id = stop_ids(model, tok)
     problems = load_problems(args.data, "math") if args.data else builtin_problems("math", "test", n=args.prompts)
     prompts = [chat_ids(tok, q["prompt"]) for q in problems[:args.prompts]]
     stops, N = stop_ids(model, tok), args.new_tokens
@@ -72,11 +111,14 @@ def main():
             assert out.shape == (rows, L + N)
         return run
 
-    contenders = [("model.generate (dynamic cache)", hf())]
-    if device.type == "cuda":
+    contenders = []
+    if "dynamic" not in args.skip:
+        contenders.append(("model.generate (dynamic cache)", hf()))
+    if device.type == "cuda" and "static" not in args.skip:
         contenders.append(("model.generate (static cache)", hf(cache_implementation="static")))
-    contenders.append(("ours: sampler.sample", ours))
-    print(f"model={args.model} device={device} rows={rows} ({args.prompts} prompts x {args.n}) "
+    if "ours" not in args.skip:
+        contenders.append(("ours: sampler.sample", ours))
+    print(f"model={args.arch or args.model} device={device} rows={rows} ({args.prompts} prompts x {args.n}) "
           f"new_tokens={N} prompt_len<={L} T={args.temperature}")
     results = {}
     for name, fn in contenders:
@@ -86,8 +128,14 @@ def main():
         results[name] = rows * N / seconds
         mem = f"  peak {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB" if device.type == "cuda" else ""
         print(f"{name:34s} {seconds:8.2f} s/call {results[name]:10,.0f} tok/s{mem}")
-    best_hf = max(v for k, v in results.items() if k.startswith("model.generate"))
-    print(f"ratio ours / best model.generate: {results['ours: sampler.sample'] / best_hf:.2f}x")
+    floor = floor_seconds(model, rows, L, N)
+    print(f"floor (bandwidth / FLOPs bound): {floor:.3f} s/call = {rows * N / floor:,.0f} tok/s")
+    ours_tps = results.get("ours: sampler.sample")
+    hf_tps = [v for k, v in results.items() if k.startswith("model.generate")]
+    if ours_tps and hf_tps:
+        print(f"ratio ours / best model.generate: {ours_tps / max(hf_tps):.2f}x")
+    if ours_tps:
+        print(f"ratio ours / floor: {ours_tps / (rows * N / floor):.3f}")
 
 
 if __name__ == "__main__":
