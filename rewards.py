@@ -472,7 +472,7 @@ def run_python(code: str, tests: str = "", *, setup: str = "", entry_point: str 
     job = dict(mode="test" if stdin is None else "io", setup=setup, code=code, tests=tests, entry_point=entry_point,
                nonce=nonce, timeout=timeout, path=_SITE, uid=uid, gid=gid, cpu=int(timeout) + 1,
                mem=memory_mb << 20, fsize=cap)
-    work = tempfile.mkdtemp(prefix="grpo-sbx-")
+    work, proc = tempfile.mkdtemp(prefix="grpo-sbx-"), None
     rfd, wfd = os.pipe()
     files = [tempfile.TemporaryFile() for _ in range(3)]  # stdin, stdout, stderr: files cannot fill up and block
     try:
@@ -514,6 +514,13 @@ def run_python(code: str, tests: str = "", *, setup: str = "", entry_point: str 
     except OSError as e:
         return ExecResult("error", None, "", repr(e), time.monotonic() - t0)
     finally:
+        if proc is not None and proc.returncode is None:  # failed half-way: leave nothing running
+            for kill in (lambda: os.killpg(proc.pid, signal.SIGKILL), proc.kill):
+                try:
+                    kill()
+                except OSError:
+                    pass
+            proc.wait()
         for fd in (rfd, wfd):
             if fd >= 0:
                 os.close(fd)
