@@ -1,0 +1,460 @@
+"""Evaluate base and trained workflows: pass@1 at temperature with its standard error, greedy accuracy,
+pass@k and per-role diagnostics; for one configuration, every checkpoint of a run, or across runs.
+
+    python eval.py --model Qwen/Qwen3-0.6B --workflow voting --task math --n 4 --greedy
+    python eval.py --model M --workflow evalopt --adapters runs/X/step_000200   # SP or IP, from the files
+    python eval.py --model M --workflow voting --adapters runs/single-sp --transfer solvers
+    python eval.py --run runs/X [--every 50]    # base (step 0) + checkpoints -> runs/X/eval.jsonl, table, PNGs
+    python eval.py --compare runs/A runs/B      # side by side from their eval.jsonl files (no model)
+
+Episodes come from the same lock-step `workflows.run_workflow` as training. pass@1 is the mean over
+problems of (right samples / n); its standard error is over problems (std / sqrt(P)). Every checkpoint
+is sampled with the same seed, so checkpoints differ by their weights, not by their random streams.
+Adapter maps: base {r: None}, SP {r: "shared"}, IP {r: r}; --transfer all puts a single-agent adapter
+on every role, --transfer solvers only on generators and workers (the base model plays the rest).
+eval.jsonl holds one line per (checkpoint, settings); a rerun skips what is there, so it resumes.
+Left out: maj@k and other voting baselines, per-sample text dumps (train.py writes samples.txt), vLLM.
+matplotlib is optional: without it the plots are skipped with a message and the tables still work.
+"""
+import argparse
+import json
+import math
+import os
+import sys
+import textwrap
+import time
+
+import numpy as np
+import torch
+
+import lora
+from data import builtin_problems, load_problems
+from models import TINY, load_default_model
+from rewards import last_boxed
+from train import checkpoints
+from workflows import ROLES, make_policy, parse_verdict, run_workflow
+
+SOLVERS = ("generator", "worker")  # the roles --transfer solvers gives the single-agent adapter
+EVAL_KEYS = ("n", "temperature", "greedy", "max_new_tokens", "top_p", "max_prompt_tokens", "rounds", "voters",
+             "ks", "seed", "chunk")  # settings that evaluate() takes as they are
+
+
+def pass_at_k(n, c, k):
+    """Unbiased pass@k from n samples of which c are right: 1 - C(n-c, k) / C(n, k) (Chen et al., 2021)."""
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k) if n - c >= k else 1.0
+
+
+def adapter_map(workflow, mode):
+    """role -> adapter name for make_policy. mode: base, sp, ip, or a transfer mode (all / solvers) with the
+    single-agent adapter loaded under the name "transfer"."""
+    return {r: {"base": None, "sp": "shared", "ip": r, "all": "transfer",
+                "solvers": "transfer" if r in SOLVERS else None}[mode] for r in ROLES[workflow]}
+
+
+def load_adapters(model, path, workflow, transfer=None):
+    """Load a checkpoint into `model` -> (role map, mode). `path`: a step folder, or a run directory (its last
+    checkpoint). SP when it holds shared.safetensors, IP when it holds one file per role type of `workflow`;
+    with `transfer` (all / solvers) its single-agent adapter (shared or generator)."""
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"no such adapter folder: {path}")
+    if checkpoints(path):
+        path = os.path.join(path, checkpoints(path)[-1])
+    files = {f[:-12]: os.path.join(path, f) for f in sorted(os.listdir(path)) if f.endswith(".safetensors")}
+    if transfer:
+        names, mode = {"transfer": files.get("shared") or files.get("generator")}, transfer
+        if names["transfer"] is None:
+            raise ValueError(f"{path}: --transfer needs a single-agent adapter (shared or generator), "
+                             f"found {sorted(files)}")
+    elif "shared" in files:
+        names, mode = {"shared": files["shared"]}, "sp"
+    else:
+        missing = [r for r in ROLES[workflow] if r not in files]
+        if missing:
+            raise ValueError(f"{path} has no adapter for role(s) {missing} of {workflow} (it has {sorted(files)});"
+                             f" --transfer puts a single-agent adapter into another workflow")
+        names, mode = {r: files[r] for r in ROLES[workflow]}, "ip"
+    for name, file in names.items():
+        if name in lora.adapter_names(model):  # fresh per checkpoint: another run's rank may differ
+            lora.delete_adapter(model, name)
+        lora.load_adapter(model, name, file)
+    return adapter_map(workflow, mode), mode
+
+
+def evaluate(model, tok, problems, workflow, adapters, task, n=4, temperature=0.7, greedy=False,
+             max_new_tokens=512, top_p=1.0, max_prompt_tokens=3072, rounds=None, voters=3, ks=(), seed=0, chunk=32):
+    """`workflow` with role -> adapter map `adapters` on `problems`: pass@1 over n samples per problem at
+    `temperature` with its standard error over problems, pass@k for k in ks, greedy accuracy (one
+    temperature-0 episode per problem) when asked, and diagnostics() of the sampled episodes. `chunk`
+    problems run in lock-step at a time (memory); the sampler's generator is seeded with `seed`."""
+    device = next(model.parameters()).device
+
+    def rollouts(group, temp):
+        gen = torch.Generator(device=device).manual_seed(seed)
+        policy = make_policy(model, tok, adapters, max_new_tokens, temp, top_p, 0, max_prompt_tokens, gen)
+        return [ep for i in range(0, len(problems), chunk) for ep in run_workflow(
+            workflow, problems[i:i + chunk], group, policy, task, rounds, voters, diagnose=True)]
+
+    episodes = rollouts(n, temperature)
+    right = np.array([ep.reward > 0 for ep in episodes]).reshape(len(problems), n).sum(1)  # (P,)
+    status = {}
+    for ep in episodes:  # grading outcomes (no_box, timeout, ...): failures are counted, not hidden
+        status[ep.status] = status.get(ep.status, 0) + 1
+    out = {"problems": len(problems), "n": n, "pass@1": float(np.mean(right / n)),
+           "pass@1_se": float(np.std(right / n, ddof=1) / math.sqrt(len(problems))) if len(problems) > 1 else 0.0,
+           "pass@k": {str(k): float(np.mean([pass_at_k(n, int(c), k) for c in right])) for k in ks},
+           "greedy": None, "status": status, "diagnostics": diagnostics(workflow, episodes, task)}
+    if greedy:
+        out["greedy"] = float(np.mean([ep.reward > 0 for ep in rollouts(1, 0.0)]))
+    return out
+
+
+def diagnostics(workflow, episodes, task="math"):
+    """Counts from graded episodes (Turn.correct as workflows._diagnose sets it). roles: calls, mean
+    completion length, truncation rate, share of judged turns that were right. evalopt: the evaluator's
+    confusion matrix (an unparseable verdict is a rejection, as the workflow acts on it, and is also counted
+    apart); retries after a wrong attempt (fixed: the next is right) and after a right one (broke: the next
+    is wrong). voting: right picks when a right candidate existed. orchworkers: worker agreement (math: the
+    same \\boxed{} text without spaces; code: all pass or all fail, as programs rarely match as text) and
+    the synthesizer's accuracy with and without a right worker."""
+    mean = lambda xs: float(np.mean(xs)) if len(xs) else None
+    out = {"episodes": len(episodes), "accuracy": mean([ep.reward > 0 for ep in episodes]), "roles": {}}
+    for role in ROLES[workflow]:
+        turns = [t for ep in episodes for t in ep.turns if t.role == role]
+        out["roles"][role] = {"calls": len(turns), "mean_length": mean([len(t.completion_ids) for t in turns]),
+                              "truncation_rate": mean([t.finish == "length" for t in turns]),
+                              "correct": mean([t.correct for t in turns if t.correct is not None])}
+    answers = [[bool(t.correct) for t in ep.turns if t.role in SOLVERS] for ep in episodes]
+    if workflow == "evalopt":
+        c = dict.fromkeys(["approved_right", "approved_wrong", "rejected_right", "rejected_wrong", "unparseable"], 0)
+        for ep in episodes:
+            judged = None  # the latest attempt: what the evaluator judges
+            for t in ep.turns:
+                if t.role == "generator":
+                    judged = bool(t.correct)
+                elif t.role == "evaluator" and judged is not None:
+                    verdict = parse_verdict(t.text)
+                    c["unparseable"] += verdict is None
+                    c[("approved_" if verdict == "Correct" else "rejected_") + ("right" if judged else "wrong")] += 1
+        pairs = [(a, b) for att in answers for a, b in zip(att, att[1:])]  # (an attempt, the retry after it)
+        after_wrong, after_right = [b for a, b in pairs if not a], [b for a, b in pairs if a]
+        total = sum(c.values()) - c["unparseable"]  # every verdict, as train.py's verdict_accuracy counts them
+        out["evaluator"] = {**c, "verdict_accuracy": (c["approved_right"] + c["rejected_wrong"]) / total
+                            if total else None,
+                            "retried_wrong": len(after_wrong), "retry_fixed": sum(after_wrong),
+                            "retry_fixed_rate": mean(after_wrong), "retried_right": len(after_right),
+                            "retry_broke": len(after_right) - sum(after_right),
+                            "first_attempt_accuracy": mean([att[0] for att in answers if att]),
+                            "mean_rounds": mean([len(att) for att in answers])}
+    elif workflow == "voting":
+        had = [ep.reward > 0 for ep, att in zip(episodes, answers) if any(att)]
+        out["aggregator"] = {"had_right_candidate": len(had), "picked_right": sum(had), "pick_accuracy": mean(had),
+                             "candidate_accuracy": mean([a for att in answers for a in att])}
+    elif workflow == "orchworkers":
+        agree = []
+        for ep in episodes:
+            keys = [(last_boxed(t.text) or "").replace(" ", "") or None if task == "math" else bool(t.correct)
+                    for t in ep.turns if t.role == "worker"]
+            if len(keys) >= 2:
+                agree.append(None not in keys and len(set(keys)) == 1)
+        some = [ep.reward > 0 for ep, att in zip(episodes, answers) if any(att)]
+        none = [ep.reward > 0 for ep, att in zip(episodes, answers) if att and not any(att)]
+        out["workers"] = {"multi_worker_episodes": len(agree), "agree": sum(agree), "agreement": mean(agree),
+                          "mean_workers": mean([len(att) for att in answers]),
+                          "any_right": mean([any(att) for att in answers])}
+        synthesized = [ep.reward > 0 for ep in episodes if any(t.role == "synthesizer" for t in ep.turns)]
+        out["synthesizer"] = {"accuracy": mean(synthesized),
+                              "had_right_worker": len(some), "kept_right": sum(some),
+                              "no_right_worker": len(none), "fixed": sum(none)}
+    return out
+
+
+# ----------------------------------------------------------------------------- tables and plots
+
+def _f(x, spec=".3f"):
+    return "-" if x is None else format(x, spec)
+
+
+def headline(workflow, d):
+    """The workflow's key diagnostics in a few words, for table rows."""
+    if workflow == "evalopt":
+        e = d["evaluator"]
+        return (f"verdict acc {_f(e['verdict_accuracy'], '.2f')} ({e['unparseable']} unparseable), approved wrong "
+                f"{e['approved_wrong']}, rejected right {e['rejected_right']}, "
+                f"retry fixed {e['retry_fixed']}/{e['retried_wrong']}")
+    if workflow == "voting":
+        return f"picked right {d['aggregator']['picked_right']}/{d['aggregator']['had_right_candidate']}"
+    if workflow == "orchworkers":
+        w, s = d["workers"], d["synthesizer"]
+        return (f"workers agree {w['agree']}/{w['multi_worker_episodes']}, synth kept right {s['kept_right']}/"
+                f"{s['had_right_worker']}, fixed {s['fixed']}/{s['no_right_worker']}")
+    return ""
+
+
+def format_result(workflow, r):
+    """One evaluation as lines: accuracies, a per-role table, the workflow diagnostics."""
+    d = r["diagnostics"]
+    lines = [f"pass@1 {r['pass@1']:.3f} ± {r['pass@1_se']:.3f} ({r['problems']} problems x {r['n']} samples)  greedy "
+             f"{_f(r['greedy'])}" + "".join(f"  pass@{k} {v:.3f}" for k, v in r["pass@k"].items()),
+             f"{'role':<13}{'calls':>7}{'mean len':>10}{'trunc':>8}{'right':>8}"]
+    for role, s in d["roles"].items():
+        lines.append(f"{role:<13}{s['calls']:>7}{_f(s['mean_length'], '.1f'):>10}"
+                     f"{_f(s['truncation_rate'], '.2f'):>8}{_f(s['correct'], '.2f'):>8}")
+    for part in ("evaluator", "aggregator", "workers", "synthesizer"):
+        if part in d:
+            text = ", ".join(f"{k} {_f(v) if v is None or isinstance(v, float) else v}" for k, v in d[part].items())
+            lines.append(textwrap.fill(f"{part}: {text}", 110, subsequent_indent="  "))
+    return lines
+
+
+def summary(records):
+    """(base, peak, final) records; the earliest step wins a tie for the peak."""
+    by_step = sorted(records, key=lambda r: r["step"])
+    return by_step[0], max(by_step, key=lambda r: r["pass@1"]), by_step[-1]
+
+
+def run_table(run, records):
+    """Per-checkpoint rows, then base, peak (with its step) and final accuracy."""
+    r0, s = records[0], records[0]["settings"]
+    lines = [f"{run}: {r0['workflow']} / {r0['policy']} / {r0['task']} on {r0['model']}, {r0['problems']} problems "
+             f"x {r0['n']} samples, T={s['temperature']}, seed {s['seed']}",
+             f"{'step':>6}  {'pass@1 ± se':<15}{'greedy':>7}  diagnostics"]
+    for r in records:
+        lines.append(f"{r['step']:>6}  {r['pass@1']:.3f} ± {r['pass@1_se']:.3f}  {_f(r['greedy']):>7}  "
+                     f"{headline(r['workflow'], r['diagnostics'])}".rstrip())
+    base, peak, final = summary(records)
+    lines.append(f"base {base['pass@1']:.3f} | peak {peak['pass@1']:.3f} at step {peak['step']} | final "
+                 f"{final['pass@1']:.3f} at step {final['step']} | "
+                 f"final - base {final['pass@1'] - base['pass@1']:+.3f}")
+    return "\n".join(lines)
+
+
+def compare_table(runs):
+    """One row per (run, settings) from each run's eval.jsonl."""
+    lines = [f"{'run':<28}{'workflow':<12}{'policy':<12}{'task':<6}{'model':<18}{'P x n':>9}{'base':>8}"
+             f"{'peak (step)':>17}{'final (step)':>17}{'gain':>8}"]
+    for run in runs:
+        records = read_jsonl(os.path.join(run, "eval.jsonl"))
+        if not records:
+            raise FileNotFoundError(f"{run} has no eval.jsonl; first run: python eval.py --run {run}")
+        groups = {}
+        for r in records:
+            groups.setdefault(json.dumps(r["settings"], sort_keys=True), []).append(r)
+        for group in groups.values():
+            (base, peak, final), r = summary(group), group[0]
+            lines.append(f"{os.path.basename(os.path.normpath(run))[:27]:<28}{r['workflow']:<12}{r['policy']:<12}"
+                         f"{r['task']:<6}{r['model'][-17:]:<18}{str(r['problems']) + ' x ' + str(r['n']):>9}"
+                         f"{base['pass@1']:>8.3f}{peak['pass@1']:>10.3f} ({peak['step']:>4})"
+                         f"{final['pass@1']:>10.3f} ({final['step']:>4}){final['pass@1'] - base['pass@1']:>+8.3f}")
+    return "\n".join(lines)
+
+
+def plot_run(run, records):
+    """training.png (reward; per-role entropy, weight share, grad norm from metrics.jsonl) and eval.png
+    (pass@1 per checkpoint) in the run directory. Returns the paths; [] with a message without matplotlib."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")  # files only, no display needed
+        import matplotlib.pyplot as plt
+    except ImportError as e:
+        print(f"plots skipped: matplotlib is not available ({e}); pip install matplotlib to get them")
+        return []
+    paths, metrics = [], read_jsonl(os.path.join(run, "metrics.jsonl"))
+
+    def save(fig, name):
+        fig.tight_layout()
+        paths.append(os.path.join(run, name))
+        fig.savefig(paths[-1], dpi=100)
+        plt.close(fig)
+    if metrics:
+        fig, axes = plt.subplots(2, 2, figsize=(11, 7))
+        axes[0, 0].plot([m["step"] for m in metrics], [m["reward_mean"] for m in metrics], label="train reward")
+        held = [(m["step"], m["eval_accuracy"]) for m in metrics if "eval_accuracy" in m]  # train.py --eval-every
+        if held:
+            axes[0, 0].plot(*zip(*held), "o--", label="held-out accuracy")
+        for ax, key in zip(axes.flat, ("reward", "entropy", "weight_share", "grad_norm")):
+            for role in dict.fromkeys(r for m in metrics for r in m["roles"]) if key != "reward" else []:
+                ax.plot(*zip(*[(m["step"], m["roles"][role][key]) for m in metrics if role in m["roles"]]), label=role)
+            ax.set(title=key.replace("_", " ") + (" per role" if key != "reward" else ""), xlabel="step")
+            ax.legend(fontsize=8)
+        save(fig, "training.png")
+    if records:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        ax.errorbar([r["step"] for r in records], [r["pass@1"] for r in records],
+                    yerr=[r["pass@1_se"] for r in records], marker="o", capsize=3, label="pass@1 ± se")
+        greedy = [(r["step"], r["greedy"]) for r in records if r["greedy"] is not None]
+        if greedy:
+            ax.plot(*zip(*greedy), "s--", label="greedy")
+        ax.set(xlabel="step", ylabel="accuracy", title=f"{records[0]['workflow']} / {records[0]['policy']}")
+        ax.legend()
+        save(fig, "eval.png")
+    print("plots: " + (", ".join(paths) or "nothing to plot"))
+    return paths
+
+
+def read_jsonl(path):
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+# ----------------------------------------------------------------------------- CLI
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    # what to evaluate
+    p.add_argument("--run", default=None, help="a training run directory: evaluate base + its checkpoints")
+    p.add_argument("--compare", nargs="+", default=None, help="run directories to compare from their eval.jsonl")
+    p.add_argument("--every", type=int, default=1, help="--run: every K-th checkpoint step (and always the last)")
+    p.add_argument("--model", default=None, help="hub name, folder, .gguf or 'tiny' (default: Qwen3-0.6B, else tiny)")
+    p.add_argument("--workflow", choices=list(ROLES), default=None, help="workflow (default single; --run: the run's)")
+    p.add_argument("--task", choices=["math", "code"], default=None, help="default math; --run: the run's")
+    p.add_argument("--adapters", default=None, help="a checkpoint folder, or a run directory (its last checkpoint)")
+    p.add_argument("--transfer", choices=["all", "solvers"], default=None,
+                   help="a single-agent adapter on every role, or on generators/workers only")
+    p.add_argument("--data", default=None, help="held-out JSONL/JSON (default: a run's eval_data, else built-in)")
+    p.add_argument("--problems", type=int, default=None, help="first N problems (a whole file; built-in: 200, tiny 8)")
+    p.add_argument("--out", default=None, help="one configuration: also append the result to this JSONL file")
+    p.add_argument("--device", default=None, help="cuda or cpu (default: cuda if available)")
+    # sampling (--run: the run's own settings unless given)
+    p.add_argument("--n", type=int, default=4, help="samples per problem for pass@1")
+    p.add_argument("--pass-k", default="", help="comma list of k for pass@k, each <= --n, e.g. 2,4")
+    p.add_argument("--greedy", action="store_true", help="also one greedy (temperature 0) episode per problem")
+    p.add_argument("--temperature", type=float, default=None, help="sampling temperature (default 0.7, the reference)")
+    p.add_argument("--top-p", type=float, default=None, help="nucleus mass (default 1.0)")
+    p.add_argument("--max-new-tokens", type=int, default=None, help="tokens per role call (default 512; tiny 24)")
+    p.add_argument("--max-prompt-tokens", type=int, default=None, help="longer role prompts end an episode (3072)")
+    p.add_argument("--rounds", type=int, default=None, help="Eval-Opt rounds (default: 3 math, 2 code)")
+    p.add_argument("--voters", type=int, default=None, help="Voting generators (default 3)")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed, the same for every checkpoint")
+    p.add_argument("--chunk", type=int, default=32, help="problems per lock-step batch (bounds memory)")
+    p.add_argument("--no-plots", action="store_true", help="--run: do not write PNGs")
+    args = p.parse_args(argv)
+    try:
+        args.ks = [int(k) for k in args.pass_k.split(",") if k.strip()]
+    except ValueError:
+        p.error(f"--pass-k expects integers separated by commas, got {args.pass_k!r}")
+    for name in ("n", "every", "chunk", "problems"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            p.error(f"--{name} must be at least 1")
+    if any(not 1 <= k <= args.n for k in args.ks):
+        p.error(f"--pass-k values must be between 1 and --n ({args.n})")
+    if args.run and args.compare:
+        p.error("--run and --compare are exclusive")
+    if args.transfer and not (args.adapters or args.run):
+        p.error("--transfer needs --adapters (or --run) holding a single-agent adapter")
+    return args
+
+
+def settings_of(args, config, model, tiny):
+    """Everything that changes the numbers (a run's own values unless a flag overrides them): a record
+    in eval.jsonl is reused only when all of these match."""
+    c = lambda key, default: getattr(args, key) if getattr(args, key) is not None else config.get(key, default)
+    data = args.data or config.get("eval_data")
+    return {"model": model, "workflow": args.workflow or config.get("workflow", "single"), "transfer": args.transfer,
+            "data": data or f"builtin-test-seed{config.get('seed', 0)}",
+            "problems": args.problems or (None if data else 8 if tiny else 200), "n": args.n, "ks": args.ks,
+            "greedy": args.greedy, "seed": args.seed, "chunk": args.chunk,  # another chunk = another random stream
+            "temperature": c("temperature", 0.7), "top_p": c("top_p", 1.0),
+            "max_new_tokens": c("max_new_tokens", 24 if tiny else 512),
+            "max_prompt_tokens": c("max_prompt_tokens", 3072), "rounds": c("rounds", None), "voters": c("voters", 3)}
+
+
+def get_problems(s, task):
+    """The held-out problems of settings `s`; sets s["problems"] to their number."""
+    if s["data"].startswith("builtin-test-seed"):
+        problems = builtin_problems(task, "test", n=s["problems"], seed=int(s["data"][len("builtin-test-seed"):]))
+    else:
+        problems = load_problems(s["data"], task)[:s["problems"]]
+    if not problems:
+        raise ValueError(f"{s['data']}: no problems to evaluate")
+    s["problems"] = len(problems)
+    return problems
+
+
+def main_run(args):
+    """Evaluate step 0 (base) and the checkpoints of args.run with one seed; append to eval.jsonl; table; plots."""
+    run, path = args.run, os.path.join(args.run, "eval.jsonl")
+    if not os.path.isfile(os.path.join(run, "config.json")):
+        raise FileNotFoundError(f"{run}: not a run directory (no config.json)" if os.path.isdir(run)
+                                else f"no such run directory: {run}")
+    with open(os.path.join(run, "config.json")) as f:
+        config = json.load(f)
+    steps = [(int(c[5:]), c) for c in checkpoints(run)]
+    if not steps:
+        raise ValueError(f"{run} has no checkpoints (step_* folders): nothing to evaluate")
+    steps = [(0, None)] + [s for s in steps if s[0] % args.every == 0 or s == steps[-1]]
+    if args.workflow not in (None, config["workflow"]) and not args.transfer:
+        raise ValueError(f"{run} trained {config['workflow']}; evaluating it as {args.workflow} needs --transfer")
+    if args.task not in (None, config["task"]):
+        raise ValueError(f"{run} trained on {config['task']}, not {args.task}")
+    task, name = config["task"], args.model or config["model_used"]
+    s = settings_of(args, config, name, name == TINY)
+    problems = get_problems(s, task)  # before the model: a wrong data file fails in a second
+    done = {r["step"] for r in read_jsonl(path) if r["settings"] == s}
+    if any(step not in done for step, _ in steps):
+        model, tok, _ = load_default_model(name, args.device)
+    for step, folder in steps:
+        if step in done:
+            print(f"step {step}: already in {path}, skipped")
+            continue
+        t0 = time.perf_counter()
+        adapters, mode = (adapter_map(s["workflow"], "base"), "base") if folder is None else \
+            load_adapters(model, os.path.join(run, folder), s["workflow"], args.transfer)
+        r = evaluate(model, tok, problems, s["workflow"], adapters, task, **{k: s[k] for k in EVAL_KEYS})
+        record = {"step": step, "checkpoint": folder or "base", "workflow": s["workflow"],
+                  "policy": config["policy"].upper() + (f"->{args.transfer}" if args.transfer else ""),
+                  "task": task, "model": name, "settings": s, **r}
+        with open(path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+        print(f"step {step} ({mode}): pass@1 {r['pass@1']:.3f} ± {r['pass@1_se']:.3f} "
+              f"({time.perf_counter() - t0:.1f} s)", flush=True)
+    records = sorted((r for r in read_jsonl(path) if r["settings"] == s), key=lambda r: r["step"])
+    print(run_table(run, records))
+    print(f"final checkpoint (step {records[-1]['step']}):")
+    print("\n".join(format_result(s["workflow"], records[-1])[1:]))
+    if not args.no_plots:
+        plot_run(run, records)
+    return records
+
+
+def main_single(args):
+    """One configuration: the base model, or --adapters (SP / IP / transfer)."""
+    task, workflow = args.task or "math", args.workflow or "single"
+    if args.adapters and not os.path.isdir(args.adapters):  # bad paths fail before a model loads
+        raise FileNotFoundError(f"no such adapter folder: {args.adapters}")
+    if args.data:
+        load_problems(args.data, task)
+    model, tok, used = load_default_model(args.model, args.device)
+    s = settings_of(args, {"workflow": workflow}, used, used == TINY)
+    problems = get_problems(s, task)
+    adapters, mode = (adapter_map(workflow, "base"), "base") if not args.adapters else \
+        load_adapters(model, args.adapters, workflow, args.transfer)
+    r = evaluate(model, tok, problems, workflow, adapters, task, **{k: s[k] for k in EVAL_KEYS})
+    print(f"{workflow} / {mode}{' ' + args.adapters if args.adapters else ''} / {task} on {used}")
+    print("\n".join(format_result(workflow, r)))
+    if args.out:
+        with open(args.out, "a") as f:
+            f.write(json.dumps({"workflow": workflow, "policy": mode, "adapters": args.adapters, "task": task,
+                                "model": used, "settings": s, **r}) + "\n")
+    return r
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    try:  # bad input gets one clear line, not a traceback
+        if args.compare:
+            for run in args.compare:
+                if not os.path.isdir(run):
+                    raise FileNotFoundError(f"no such run directory: {run}")
+            print(compare_table(args.compare))
+        elif args.run:
+            return main_run(args)
+        else:
+            return main_single(args)
+    except (OSError, ValueError, RuntimeError) as e:
+        sys.exit(f"error: {e}")
+
+
+if __name__ == "__main__":
+    main()

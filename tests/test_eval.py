@@ -1,0 +1,217 @@
+"""eval.py: a whole tiny run evaluated (eval.jsonl, table, resume, comparison), diagnostics on scripted
+episodes, the pass@k estimator, same-seed reproducibility, transfer maps, plots with and without
+matplotlib, and one-line errors for bad input."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+import eval as ev
+import lora
+import train
+import workflows
+from workflows import Episode, Turn
+
+
+def fake_grade(completions, problems, **kw):
+    """Reward 1 for texts of even length, so the random tiny model gets non-zero accuracies."""
+    return [(float(len(c) % 2 == 0), "correct" if len(c) % 2 == 0 else "wrong") for c in completions]
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("eval") / "run")
+    train.main(["--workflow", "single", "--policy", "sp", "--model", "tiny", "--steps", "2", "--problems", "2",
+                "--group", "2", "--max-new-tokens", "6", "--save-every", "1", "--device", "cpu", "--out", out])
+    return out
+
+
+def test_run_directory_eval_table_resume_compare(run_dir, capsys, monkeypatch):
+    args = ["--run", run_dir, "--problems", "2", "--n", "2", "--pass-k", "2", "--greedy", "--no-plots"]
+    ev.main(args)
+    printed = capsys.readouterr().out
+    records = ev.read_jsonl(os.path.join(run_dir, "eval.jsonl"))
+    assert [r["step"] for r in records] == [0, 1, 2]
+    assert [r["checkpoint"] for r in records] == ["base", "step_000001", "step_000002"]
+    r = records[-1]
+    assert r["problems"] == 2 and r["n"] == 2 and r["greedy"] is not None and set(r["pass@k"]) == {"2"}
+    assert r["diagnostics"]["roles"]["generator"]["calls"] == 4
+    assert r["settings"]["max_new_tokens"] == 6  # the run's own settings
+    assert "base 0.000 | peak" in printed and "at step 0" in printed and "final 0.000 at step 2" in printed
+    monkeypatch.setattr(ev, "load_default_model", lambda *a: pytest.fail("resume loaded a model"))
+    ev.main(args)  # resume: nothing new to do, so no model is loaded
+    assert capsys.readouterr().out.count("already in") == 3
+    assert len(ev.read_jsonl(os.path.join(run_dir, "eval.jsonl"))) == 3
+    ev.main(["--compare", run_dir, run_dir])
+    rows = capsys.readouterr().out.strip().splitlines()
+    assert len(rows) == 3 and "single" in rows[1] and "SP" in rows[1] and rows[1] == rows[2]
+
+
+def test_run_evaluated_in_another_workflow_by_transfer(run_dir, tmp_path, capsys):
+    """A single-agent run's checkpoints as the voters of Voting (the aggregator stays the base model);
+    --every 2 keeps step 0 and step 2."""
+    run = str(tmp_path / "run")
+    shutil.copytree(run_dir, run)
+    ev.main(["--run", run, "--workflow", "voting", "--transfer", "solvers", "--problems", "1", "--n", "1",
+             "--every", "2", "--no-plots"])
+    records = ev.read_jsonl(os.path.join(run, "eval.jsonl"))
+    mine = [r for r in records if r["workflow"] == "voting"]
+    assert [r["step"] for r in mine] == [0, 2] and mine[0]["policy"] == "SP->solvers"
+    assert mine[-1]["diagnostics"]["roles"]["generator"]["calls"] == 3
+    assert "step 2 (solvers)" in capsys.readouterr().out
+
+
+def test_evaluate_reproducible_and_consistent(tiny, monkeypatch):
+    monkeypatch.setattr(workflows.rewards, "grade", fake_grade)
+    model, tok = tiny
+    problems = ev.builtin_problems("math", "test", n=3)
+    kw = dict(n=4, ks=[2, 4], greedy=True, max_new_tokens=5, seed=3)
+    a = ev.evaluate(model, tok, problems, "voting", ev.adapter_map("voting", "base"), "math", **kw)
+    b = ev.evaluate(model, tok, problems, "voting", ev.adapter_map("voting", "base"), "math", **kw)
+    assert a == b  # the same seed gives the same samples: checkpoints differ by weights, not by noise
+    assert a["pass@1"] == pytest.approx(a["diagnostics"]["accuracy"])
+    assert 0 < a["pass@1"] < 1 and a["pass@1"] <= a["pass@k"]["2"] <= a["pass@k"]["4"]
+    assert a["diagnostics"]["roles"]["generator"]["calls"] == 3 * 4 * 3
+
+
+def test_pass_at_k_hand_values():
+    assert ev.pass_at_k(4, 1, 2) == pytest.approx(1 - 3 / 6)   # 1 - C(3,2)/C(4,2)
+    assert ev.pass_at_k(5, 2, 3) == pytest.approx(1 - 1 / 10)  # 1 - C(3,3)/C(5,3)
+    assert ev.pass_at_k(4, 0, 2) == 0.0 and ev.pass_at_k(4, 4, 2) == 1.0 and ev.pass_at_k(4, 3, 2) == 1.0
+    assert ev.pass_at_k(8, 3, 1) == pytest.approx(3 / 8)
+
+
+def T(role, correct=None, text="x", length=3, finish="stop", instance=None):
+    return Turn(role, instance or role, [1], [5] * length, [0.0] * length, finish, text, correct=correct)
+
+
+def E(turns, reward):
+    return Episode("p", 0, turns=turns, final="", reward=float(reward), status="")
+
+
+YES, NO = "ok \\boxed{Correct}", "bad \\boxed{Incorrect}"
+
+
+def test_evalopt_diagnostics():
+    eps = [E([T("generator", False), T("evaluator", text=NO), T("generator", True), T("evaluator", text=YES)], 1),
+           E([T("generator", True), T("evaluator", text=NO), T("generator", False),
+              T("evaluator", text="no verdict", finish="length", length=9), T("generator", False),
+              T("evaluator", text=YES)], 0),
+           E([T("generator", False, length=7), T("evaluator", text=YES)], 0)]
+    d = ev.diagnostics("evalopt", eps)
+    e = d["evaluator"]
+    assert (e["approved_right"], e["approved_wrong"], e["rejected_right"], e["rejected_wrong"], e["unparseable"]) \
+        == (1, 2, 1, 2, 1)
+    assert e["verdict_accuracy"] == pytest.approx(3 / 6)
+    assert (e["retried_wrong"], e["retry_fixed"], e["retry_fixed_rate"]) == (2, 1, 0.5)
+    assert (e["retried_right"], e["retry_broke"]) == (1, 1)
+    assert e["first_attempt_accuracy"] == pytest.approx(1 / 3) and e["mean_rounds"] == 2
+    g, v = d["roles"]["generator"], d["roles"]["evaluator"]
+    assert g["calls"] == 6 and g["mean_length"] == pytest.approx(22 / 6) and g["correct"] == pytest.approx(2 / 6)
+    assert v["calls"] == 6 and v["truncation_rate"] == pytest.approx(1 / 6) and v["mean_length"] == pytest.approx(24 / 6)
+    assert d["accuracy"] == pytest.approx(1 / 3)
+
+
+def test_voting_diagnostics():
+    votes = lambda *c: [T("generator", x, instance=f"generator{k}") for k, x in enumerate(c)] + [T("aggregator", None)]
+    eps = [E(votes(False, True, False), 1), E(votes(True, False, False), 0), E(votes(False, False, False), 0)]
+    a = ev.diagnostics("voting", eps)["aggregator"]
+    assert (a["had_right_candidate"], a["picked_right"], a["pick_accuracy"]) == (2, 1, 0.5)
+    assert a["candidate_accuracy"] == pytest.approx(2 / 9)
+
+
+def test_orchworkers_diagnostics():
+    team = lambda *w: [T("orchestrator")] + [T("worker", c, text=t) for t, c in w] + [T("synthesizer")]
+    eps = [E(team(("\\boxed{5}", True), ("so \\boxed{ 5 }", True)), 1),   # agree, kept right
+           E(team(("\\boxed{5}", True), ("\\boxed{6}", False)), 0),        # disagree, lost the right one
+           E(team(("\\boxed{3}", False)), 1),                              # one worker, synthesizer fixed it
+           E(team(("no box", False), ("no box", False)), 0)]               # no answers: not an agreement
+    d = ev.diagnostics("orchworkers", eps, "math")
+    w, s = d["workers"], d["synthesizer"]
+    assert (w["multi_worker_episodes"], w["agree"]) == (3, 1) and w["agreement"] == pytest.approx(1 / 3)
+    assert w["mean_workers"] == pytest.approx(7 / 4) and w["any_right"] == 0.5
+    assert (s["had_right_worker"], s["kept_right"], s["no_right_worker"], s["fixed"]) == (2, 1, 2, 1)
+    assert s["accuracy"] == 0.5
+    code = ev.diagnostics("orchworkers", eps[:2], "code")["workers"]  # code: agreement = same pass/fail
+    assert (code["multi_worker_episodes"], code["agree"]) == (2, 1)
+
+
+def test_adapter_maps_and_transfer(run_dir, tiny, tmp_path):
+    assert ev.adapter_map("orchworkers", "base") == {"orchestrator": None, "worker": None, "synthesizer": None}
+    assert ev.adapter_map("evalopt", "ip") == {"generator": "generator", "evaluator": "evaluator"}
+    assert ev.adapter_map("voting", "sp") == {"generator": "shared", "aggregator": "shared"}
+    assert ev.adapter_map("voting", "all") == {"generator": "transfer", "aggregator": "transfer"}
+    assert ev.adapter_map("orchworkers", "solvers") == {"orchestrator": None, "worker": "transfer", "synthesizer": None}
+    model, _ = tiny
+    ip = tmp_path / "ip"  # an IP single-agent checkpoint: generator.safetensors only
+    ip.mkdir()
+    shutil.copy(os.path.join(run_dir, "step_000002", "shared.safetensors"), ip / "generator.safetensors")
+    try:  # a run directory means its last checkpoint; the single-agent SP adapter goes to the solvers
+        assert ev.load_adapters(model, run_dir, "voting", "solvers") == \
+            ({"generator": "transfer", "aggregator": None}, "solvers")
+        assert ev.load_adapters(model, str(ip), "evalopt", "all")[1] == "all"
+        with pytest.raises(ValueError, match=r"no adapter for role\(s\) \['evaluator'\] of evalopt"):
+            ev.load_adapters(model, str(ip), "evalopt")
+    finally:
+        lora.delete_adapter(model, "transfer")
+
+
+def test_plots_written_when_matplotlib_present(run_dir):
+    pytest.importorskip("matplotlib")
+    records = ev.read_jsonl(os.path.join(run_dir, "eval.jsonl")) or [
+        {"step": 0, "pass@1": 0.0, "pass@1_se": 0.0, "greedy": None, "workflow": "single", "policy": "SP"}]
+    paths = ev.plot_run(run_dir, records)
+    assert sorted(os.path.basename(p) for p in paths) == ["eval.png", "training.png"]
+    for p in paths:
+        with open(p, "rb") as f:
+            assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plots_skipped_with_a_message_without_matplotlib(run_dir, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
+    monkeypatch.setitem(sys.modules, "matplotlib.pyplot", None)
+    assert ev.plot_run(run_dir, []) == []
+    assert "plots skipped: matplotlib is not available" in capsys.readouterr().out
+
+
+def test_clear_errors(run_dir, tmp_path):
+    def fails(argv, message):
+        with pytest.raises(SystemExit) as e:
+            ev.main(argv)
+        assert message in str(e.value.code), e.value.code
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "config.json").write_text(json.dumps({"workflow": "single"}))
+    fails(["--run", str(empty)], "has no checkpoints")
+    fails(["--run", str(tmp_path / "missing")], "no such run directory")
+    fails(["--compare", run_dir, str(tmp_path / "missing")], "no such run directory")
+    fails(["--model", "tiny", "--adapters", str(tmp_path / "missing")], "no such adapter folder")
+    fails(["--model", "tiny", "--data", str(tmp_path / "missing.jsonl")], "no such data file")
+    gsm = tmp_path / "gsm.jsonl"
+    gsm.write_text(json.dumps({"question": "1+1?", "answer": "#### 2"}) + "\n")
+    fails(["--model", "tiny", "--task", "code", "--data", str(gsm)], "is a math problem, but task='code'")
+    # an adapter from another model: one tensor of the wrong shape
+    src = os.path.join(run_dir, "step_000002", "shared.safetensors")
+    with safe_open(src, framework="pt") as f:
+        meta, tensors = f.metadata(), {k: f.get_tensor(k) for k in f.keys()}
+    key = sorted(tensors)[0]
+    tensors[key] = torch.zeros(tensors[key].shape[0], tensors[key].shape[1] + 1)
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    save_file(tensors, str(bad / "shared.safetensors"), metadata=meta)
+    fails(["--model", "tiny", "--problems", "1", "--n", "1", "--adapters", str(bad)], "does not fit this model")
+    fails(["--run", run_dir, "--workflow", "voting"], "needs --transfer")
+
+
+def test_error_is_one_line_without_traceback(tmp_path):
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    p = subprocess.run([sys.executable, os.path.join(root, "eval.py"), "--run", str(tmp_path / "nope")],
+                       capture_output=True, text=True, cwd=root)
+    assert p.returncode == 1 and "Traceback" not in p.stderr
+    assert p.stderr.strip() == f"error: no such run directory: {tmp_path / 'nope'}"
