@@ -61,6 +61,7 @@ TIMEOUT_S = 5.0        # wall-clock seconds per program run (HumanEval's harness
 MEMORY_MB = 1024       # address-space limit per program, MiB
 OUTPUT_MB = 16         # cap on stdout/stderr and on any file the program writes, MiB
 SYMPY_TIMEOUT_S = 2.0  # per symbolic comparison; the helper process is killed and restarted past it
+WORKDIR_PREFIX = "grpo-sbx-"  # of each run's temp dir, which is on the sandbox's command line: find strays by it
 
 
 class _Undecided(Exception):
@@ -472,7 +473,7 @@ def run_python(code: str, tests: str = "", *, setup: str = "", entry_point: str 
     job = dict(mode="test" if stdin is None else "io", setup=setup, code=code, tests=tests, entry_point=entry_point,
                nonce=nonce, timeout=timeout, path=_SITE, uid=uid, gid=gid, cpu=int(timeout) + 1,
                mem=memory_mb << 20, fsize=cap)
-    work, proc = tempfile.mkdtemp(prefix="grpo-sbx-"), None
+    work, proc = tempfile.mkdtemp(prefix=WORKDIR_PREFIX), None
     rfd, wfd = os.pipe()
     files = [tempfile.TemporaryFile() for _ in range(3)]  # stdin, stdout, stderr: files cannot fill up and block
     try:

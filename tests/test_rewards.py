@@ -143,8 +143,14 @@ def test_grade_total_time_budget():
 
 # ------------------------------------------------------------------------------------ adversarial programs
 
+@pytest.fixture(autouse=True)
+def own_workdirs(monkeypatch):
+    """Other processes on the machine may run sandboxes at the same time: count only ours."""
+    monkeypatch.setattr(R, "WORKDIR_PREFIX", f"grpo-sbx-test{os.getpid()}-")
+
+
 def _sandbox_procs() -> list[int]:
-    """Live processes started by the sandbox (their command line holds the grpo-sbx- work dir)."""
+    """Live processes started by this test session's sandboxes (their command line holds the work dir)."""
     pids = []
     for d in os.listdir("/proc"):
         try:
@@ -152,7 +158,7 @@ def _sandbox_procs() -> list[int]:
             state = Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()[0]
         except (OSError, IndexError):
             continue
-        if d.isdigit() and b"grpo-sbx-" in cmd and state != "Z":
+        if d.isdigit() and R.WORKDIR_PREFIX.encode() in cmd and state != "Z":
             pids.append(int(d))
     return pids
 
