@@ -37,6 +37,7 @@ What the sandbox does NOT protect against (run large-scale untrusted code in a c
   world-readable files and signal other `nobody` processes.
 - Network access is refused only by the audit hook (no network namespace); disk use is bounded per file only.
 - Needs Linux >= 5.3 (pidfd). Without sympy only numeric and string equivalence is used.
+Tests: python -m pytest -q tests/test_rewards.py; throughput: python bench/rewards.py.
 """
 import json
 import os
@@ -346,7 +347,7 @@ def extract_code(completion: str) -> str | None:
 class ExecResult:
     status: str              # pass | fail | timeout | error
     returncode: int | None   # of the intermediate: the program's exit code, 128+signal, or 124 on its timeout
-    stdout: str              # at most OUTPUT_MB
+    stdout: str              # at most OUTPUT_MB (scripts; a test run exits without flushing it)
     stderr: str              # the last 2000 characters, for debugging
     seconds: float
 
