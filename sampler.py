@@ -13,9 +13,9 @@ the training log-probs the same way, so at the sampling weights they agree (see 
 The pad id always counts as a stop id, so padding can never appear inside a completion.
 
 `sample_fast` is the GPU path (used by `sample` on CUDA when there is no top-k / top-p): a
-preallocated KV cache, the decode step captured once per call as a CUDA graph, attention that reads
-each key/value head once for its whole query group (HF's SDPA path copies the cache per query head
-when a mask is present), sampling on the GPU with no host synchronisation per token, and the batch
+preallocated KV cache, the decode step captured as a CUDA graph (one per batch size and attended
+length bucket), attention that reads each key/value head once for its whole query group (HF's SDPA
+path copies the cache per query head when a mask is present), sampling on the GPU with no host synchronisation per token, and the batch
 compacted when many rows are done. It gives the simple path's greedy tokens (allowing for bf16 ties)
 and samples from the same distribution (tests/test_sampler.py).
 
@@ -139,8 +139,9 @@ def sample(model, prompts, n=1, max_new_tokens=256, temperature=1.0, top_p=1.0, 
 
 class StaticKV:
     """Preallocated key/value buffers (rows, kv_heads, length, head_dim) per layer, written at
-    `self.pos` (a device tensor, so a captured CUDA graph reads the current value). It answers the
-    two calls an HF decoder makes on its cache: update() and get_seq_length()."""
+    `self.pos` (a device tensor, so a captured CUDA graph reads the current value). Attention sees
+    the first `self.length` slots only, grown in buckets as decoding goes, so early steps do not
+    read the empty tail. It answers the two calls an HF decoder makes: update(), get_seq_length()."""
 
     def __init__(self, config, rows, length, device, dtype):
         config = config.get_text_config()
@@ -152,13 +153,14 @@ class StaticKV:
         self.pos = torch.zeros((), dtype=torch.long, device=device)
         self.steps = torch.arange(length, device=device)
         self.rows = rows  # the batch uses rows [:self.rows]; compaction shrinks it
+        self.length = length  # attention reads slots [:self.length]
 
     def update(self, key, value, layer_idx, *args, **kwargs):
         where = self.pos + self.steps[:key.shape[2]]
         k, v = self.k[layer_idx][:self.rows], self.v[layer_idx][:self.rows]
         k.index_copy_(2, where, key)
         v.index_copy_(2, where, value)
-        return k, v
+        return k[:, :, :self.length], v[:, :, :self.length]
 
     def get_seq_length(self, layer_idx=0):
         return int(self.pos)
@@ -171,43 +173,40 @@ class StaticKV:
 
 
 def gqa_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
-    """Attention for the fast path. query (B, H, q, D); key/value (B, Hkv, L, D); attention_mask
-    bool (B, 1, q, L), True = attend. Returns (B, q, H, D) as HF's attention functions do.
-    A single decode query is regrouped as (B, Hkv, H/Hkv, D), so each cached head is read once."""
-    B, H, q, D = query.shape
-    kv_heads = key.shape[1]
-    if q > 1:
-        out = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, scale=scaling,
-                                             enable_gqa=kv_heads != H)
-        return out.transpose(1, 2), None
-    scores = torch.matmul(query.view(B, kv_heads, H // kv_heads, D), key.transpose(-1, -2)).float()
-    scores = (scores * (scaling or D ** -0.5)).masked_fill(~attention_mask, float("-inf"))
-    out = torch.matmul(scores.softmax(-1).to(value.dtype), value)  # (B, Hkv, H/Hkv, D)
-    return out.view(B, H, 1, D).transpose(1, 2), None
+    """Attention for the fast path: query (B, H, q, D), key/value (B, Hkv, L, D), a bool mask
+    (B, 1, q, L) with True = attend. SDPA with enable_gqa reads each cached key/value head once for
+    its whole query group; HF's own SDPA path copies the cache per query head whenever a mask is
+    given (measured on the H200 at 512 rows x 669 slots: 0.07 ms per layer here vs 0.39 ms for an
+    explicit matmul-softmax-matmul). Returns (B, q, H, D) as HF's attention functions do."""
+    out = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, scale=scaling,
+                                         enable_gqa=key.shape[1] != query.shape[1])
+    return out.transpose(1, 2), None
 
 
 AttentionInterface.register("gqa_static", gqa_attention)
 
 
 def draw(logits, temperature, generator):
-    """Sample on the device without host sync: argmax of log p - log(Exp(1)) noise (the Gumbel-max
+    """Sample on the device without host sync: argmax of log p - log(Exp(1) noise) (the Gumbel-max
     trick) draws exactly from softmax(logits / T). Returns (tokens, log-probs at temperature T)."""
     if temperature == 0:
-        tokens = logits.argmax(-1)
-        return tokens, torch.log_softmax(logits, -1).gather(-1, tokens[:, None])[:, 0]
-    logp = torch.log_softmax(logits / temperature, -1)
-    noise = torch.empty_like(logp).exponential_(generator=generator)
-    tokens = (logp - noise.log()).argmax(-1)
+        logp = torch.log_softmax(logits.float(), -1)
+        tokens = logp.argmax(-1)
+    else:
+        logp = torch.log_softmax(logits.float() / temperature, -1)
+        noise = torch.empty_like(logp).exponential_(generator=generator)
+        tokens = noise.log_().neg_().add_(logp).argmax(-1)
     return tokens, logp.gather(-1, tokens[:, None])[:, 0]
 
 
 @torch.no_grad()
 def sample_fast(model, prompts, n=1, max_new_tokens=256, temperature=1.0, stop_ids=(), pad_id=0,
-                generator=None, min_new_tokens=0, cuda_graph=None, check_every=32):
+                generator=None, min_new_tokens=0, cuda_graph=None, check_every=32, bucket=128):
     """`sample` for the GPU (same arguments and result, no top-k / top-p). cuda_graph defaults to
     True on CUDA; False runs the same code eagerly (how the CPU tests check it). Every
     `check_every` tokens the host looks once at how many rows are done: it stops when all are, and
-    compacts the batch (a new graph for the smaller batch) when at most half are still running."""
+    compacts the batch (a new graph for the smaller batch) when at most half are still running.
+    Attention reads the cache up to the next multiple of `bucket` slots (a new graph per bucket)."""
     device = next(model.parameters()).device
     cuda_graph = device.type == "cuda" if cuda_graph is None else cuda_graph
     rows = [p for p in prompts for _ in range(n)]
@@ -224,8 +223,8 @@ def sample_fast(model, prompts, n=1, max_new_tokens=256, temperature=1.0, stop_i
     real = pmask.bool()[:, None, None, :]
     causal = torch.ones(Lp, Lp, dtype=torch.bool, device=device).tril()
     prefill = (causal & real) | torch.eye(Lp, dtype=torch.bool, device=device)
-    prefill = F.pad(prefill, (0, L - Lp))
     mask = F.pad(real, (0, L - Lp))  # decode mask (B, 1, 1, L), grows by one slot per token
+    cache.length = Lp
     kw = {cache_kw(model): cache, "use_cache": True}
     saved_impl = model.config._attn_implementation
     model.config._attn_implementation = "gqa_static"
@@ -237,11 +236,10 @@ def sample_fast(model, prompts, n=1, max_new_tokens=256, temperature=1.0, stop_i
         out_lp = torch.zeros(B, max_new_tokens, device=device)
         done = torch.zeros(B, dtype=torch.bool, device=device)
         active = torch.arange(B, device=device)  # original row of each batch row
-        step_fn = lambda: model(input_ids=tok_in[:cache.rows], attention_mask={"full_attention": mask[:cache.rows]},
-                                position_ids=pos_in[:cache.rows], **kw).logits[:, -1]
+        step_fn = lambda: model(input_ids=tok_in[:cache.rows], position_ids=pos_in[:cache.rows], **kw,
+                                attention_mask={"full_attention": mask[:cache.rows, :, :, :cache.length]}).logits[:, -1]
         graph = None
         for t in range(max_new_tokens):
-            logits = logits.float()
             if t < min_new_tokens:
                 logits[:, stops] = float("-inf")
             tok, lp = draw(logits, temperature, generator)
@@ -264,6 +262,9 @@ def sample_fast(model, prompts, n=1, max_new_tokens=256, temperature=1.0, stop_i
             mask[:b, 0, 0, Lp + t] = True
             pos_in[:b] += 1
             cache.pos.fill_(Lp + t)
+            if Lp + t + 1 > cache.length:  # the new token's slot is past the attended window
+                cache.length = min(L, (Lp + t + 1 + bucket - 1) // bucket * bucket)
+                graph = None
             if not cuda_graph:
                 logits = step_fn()
             elif graph is None:  # warm up on a side stream (this is step t's real forward), then capture

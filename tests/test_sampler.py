@@ -118,7 +118,7 @@ def test_fast_path_matches_simple_path_greedy_with_compaction(tiny):
                  pad_id=tok.pad_token_id)
     # check_every=4: the host looks every 4 tokens, so finished rows are compacted away mid-way
     fast = sample_fast(model, prompts(tok), n=2, max_new_tokens=30, temperature=0, stop_ids=eos,
-                       pad_id=tok.pad_token_id, cuda_graph=False, check_every=4)
+                       pad_id=tok.pad_token_id, cuda_graph=False, check_every=4, bucket=8)
     assert [c.tokens for c in fast] == [c.tokens for c in ref]
     assert [c.finish for c in fast] == [c.finish for c in ref]
     for a, b in zip(fast, ref):
@@ -144,11 +144,15 @@ def test_fast_path_samples_from_the_same_distribution(tiny):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_fast_path_with_cuda_graph_matches_simple_path_on_gpu():
     from models import load_model
+    from sampler import sample_fast
     model, tok = load_model("tiny", device="cuda", dtype=torch.float32)  # fp32: no bf16 ties
     eos = sorted(set(stop_ids(model, tok)) | {125})
     ps = prompts(tok) * 8
     ref = sample(model, ps, n=2, max_new_tokens=40, temperature=0, stop_ids=eos,
                  pad_id=tok.pad_token_id, fast=False)
-    fast = sample(model, ps, n=2, max_new_tokens=40, temperature=0, stop_ids=eos,
-                  pad_id=tok.pad_token_id, fast=True)
+    # small buckets and frequent checks: several graphs (new lengths, compacted batches) per call
+    fast = sample_fast(model, ps, n=2, max_new_tokens=40, temperature=0, stop_ids=eos,
+                       pad_id=tok.pad_token_id, check_every=4, bucket=16)
     assert [c.tokens for c in fast] == [c.tokens for c in ref]
+    for a, b in zip(fast, ref):
+        torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-4, rtol=0)
