@@ -152,12 +152,13 @@ class StaticKV:
         self.v = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.num_hidden_layers)]
         self.pos = torch.zeros((), dtype=torch.long, device=device)
         self.steps = torch.arange(length, device=device)
-        self.rows = rows  # the batch uses rows [:self.rows]; compaction shrinks it
+        self.first, self.rows = 0, rows  # the batch uses rows [first:first+rows]; compaction shrinks it
         self.length = length  # attention reads slots [:self.length]
 
     def update(self, key, value, layer_idx, *args, **kwargs):
         where = self.pos + self.steps[:key.shape[2]]
-        k, v = self.k[layer_idx][:self.rows], self.v[layer_idx][:self.rows]
+        k = self.k[layer_idx][self.first:self.first + self.rows]
+        v = self.v[layer_idx][self.first:self.first + self.rows]
         k.index_copy_(2, where, key)
         v.index_copy_(2, where, value)
         return k[:, :, :self.length], v[:, :, :self.length]
@@ -201,12 +202,15 @@ def draw(logits, temperature, generator):
 
 @torch.no_grad()
 def sample_fast(model, prompts, n=1, max_new_tokens=256, temperature=1.0, stop_ids=(), pad_id=0,
-                generator=None, min_new_tokens=0, cuda_graph=None, check_every=32, bucket=128):
+                generator=None, min_new_tokens=0, cuda_graph=None, check_every=32, bucket=128,
+                prefill_bytes=2**32):
     """`sample` for the GPU (same arguments and result, no top-k / top-p). cuda_graph defaults to
     True on CUDA; False runs the same code eagerly (how the CPU tests check it). Every
     `check_every` tokens the host looks once at how many rows are done: it stops when all are, and
     compacts the batch (a new graph for the smaller batch) when at most half are still running.
-    Attention reads the cache up to the next multiple of `bucket` slots (a new graph per bucket)."""
+    Attention reads the cache up to the next multiple of `bucket` slots (a new graph per bucket).
+    The prefill runs in row chunks so that an explicit-mask attention's (rows, heads, Lp, Lp)
+    scores stay under `prefill_bytes` (long Eval-Opt histories would otherwise not fit)."""
     device = next(model.parameters()).device
     cuda_graph = device.type == "cuda" if cuda_graph is None else cuda_graph
     rows = [p for p in prompts for _ in range(n)]
@@ -228,9 +232,16 @@ def sample_fast(model, prompts, n=1, max_new_tokens=256, temperature=1.0, stop_i
     kw = {cache_kw(model): cache, "use_cache": True}
     saved_impl = model.config._attn_implementation
     model.config._attn_implementation = "gqa_static"
+    heads = model.config.get_text_config().num_attention_heads
+    chunk = max(1, prefill_bytes // (4 * heads * Lp * Lp))
     try:
-        logits = model(input_ids=ids, attention_mask={"full_attention": prefill}, position_ids=positions,
-                       logits_to_keep=1, **kw).logits[:, -1]
+        logits = []
+        for a in range(0, B, chunk):
+            cache.first, cache.rows = a, min(chunk, B - a)
+            logits.append(model(input_ids=ids[a:a + chunk], attention_mask={"full_attention": prefill[a:a + chunk]},
+                                position_ids=positions[a:a + chunk], logits_to_keep=1, **kw).logits[:, -1])
+        logits = torch.cat(logits)
+        cache.first, cache.rows = 0, B
         tok_in, pos_in = torch.zeros(B, 1, dtype=torch.long, device=device), positions[:, -1:].clone()
         out_tok = torch.full((B, max_new_tokens), pad_id, dtype=torch.long, device=device)
         out_lp = torch.zeros(B, max_new_tokens, device=device)

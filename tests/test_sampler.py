@@ -118,7 +118,8 @@ def test_fast_path_matches_simple_path_greedy_with_compaction(tiny):
                  pad_id=tok.pad_token_id)
     # check_every=4: the host looks every 4 tokens, so finished rows are compacted away mid-way
     fast = sample_fast(model, prompts(tok), n=2, max_new_tokens=30, temperature=0, stop_ids=eos,
-                       pad_id=tok.pad_token_id, cuda_graph=False, check_every=4, bucket=8)
+                       pad_id=tok.pad_token_id, cuda_graph=False, check_every=4, bucket=8,
+                       prefill_bytes=4 * 4 * 40 * 40)  # prefill in chunks of ~4 rows
     assert [c.tokens for c in fast] == [c.tokens for c in ref]
     assert [c.finish for c in fast] == [c.finish for c in ref]
     for a, b in zip(fast, ref):
