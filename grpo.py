@@ -126,7 +126,10 @@ def completion_logprobs(model, prompts, completions, temperature=1.0, chunk_toke
         rows += [i] * len(c)
         cols += range(len(p) - 1, len(p) + len(c) - 1)  # position t predicts token t + 1
         targets += c
-    hidden = model.base_model(input_ids=ids.to(device), attention_mask=mask.to(device)).last_hidden_state
+    # No attention mask: with right padding, causal attention already keeps every real token from
+    # seeing the pads after it, and without an explicit mask SDPA runs its fused causal kernels
+    # instead of materialising (rows, heads, L, L) attention weights for backward.
+    hidden = model.base_model(input_ids=ids.to(device)).last_hidden_state
     hidden = hidden[torch.tensor(rows, device=device), torch.tensor(cols, device=device)]  # (N, H)
     targets = torch.tensor(targets, device=device)
     head = model.get_output_embeddings()

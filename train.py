@@ -218,7 +218,7 @@ def optimizer_step(model, adapter, rows, adv, old_lp, ref_lp, opt, args, stats):
         idx = [i for i, r in enumerate(rows) if r.role == role]
         s = stats[role]
         s["weight_share"].append(shares[role])
-        for mb in grpo.micro_batches([lengths[i] for i in idx], args.token_budget):
+        for mb in grpo.micro_batches([lengths[i] + len(rows[i].prompt_ids) for i in idx], args.token_budget):
             mb = [idx[j] for j in mb]
             lps, ents = grpo.completion_logprobs(model, [rows[i].prompt_ids for i in mb],
                                                  [rows[i].completion_ids for i in mb], args.temperature)
@@ -277,7 +277,8 @@ def train_step(model, tok, problems, args, optimizers, gen, step):
     with torch.no_grad():
         for adapter in optimizers:
             mine = [i for i, r in enumerate(rows) if role_adapter[r.role] == adapter and r.completion_ids]
-            for mb in grpo.micro_batches([len(rows[i].completion_ids) for i in mine], args.token_budget):
+            for mb in grpo.micro_batches([len(rows[i].prompt_ids) + len(rows[i].completion_ids) for i in mine],
+                                         args.token_budget):
                 mb = [mine[j] for j in mb]
                 use_kl = [i for i in mb if role_value(args.kl_coefs, rows[i].role, 0.0)]
                 for target, name, sel in [(old_lp, adapter, mb), (ref_lp, None, use_kl)]:
@@ -344,7 +345,8 @@ def workflow_facts(workflow, episodes):
         verdicts = [v for f in facts for v in f.get("verdict_correct", [])]
         return {"retry_rate": mean([f.get("rounds", 1) > 1 for f in facts]),
                 "mean_rounds": mean([f.get("rounds", 1) for f in facts]),
-                "verdict_accuracy": mean(verdicts)}
+                "verdict_accuracy": mean(verdicts),  # an unparseable verdict counts as "not approved"
+                "verdict_unparseable": mean([v is None for f in facts for v in f.get("verdicts", [])])}
     if workflow == "voting":
         return {"pick_accuracy": mean([f["pick_correct"] for f in facts if f.get("any_candidate_correct")]),
                 "any_candidate_correct": mean([bool(f.get("any_candidate_correct")) for f in facts])}

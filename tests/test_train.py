@@ -171,3 +171,17 @@ def test_bad_files_and_run_dirs(tmp_path):
     train.main(["--workflow", "single", "--steps", "1", "--out", out, *SMALL])
     with pytest.raises(SystemExit, match="already holds a run"):
         train.main(["--workflow", "single", "--steps", "1", "--out", out, *SMALL])
+
+
+def test_micro_batches_count_prompt_tokens(tiny, monkeypatch):
+    """Regression: micro-batches were sized by completion length only, so Eval-Opt rows with
+    3,000-token histories packed ~40 rows into one 'budget' and ran out of GPU memory."""
+    seen = []
+    real = train.grpo.micro_batches
+    monkeypatch.setattr(train.grpo, "micro_batches", lambda lengths, budget: seen.append(list(lengths)) or real(lengths, budget))
+    monkeypatch.setattr(workflows.rewards, "grade", fake_grade)
+    import tempfile
+    with tempfile.TemporaryDirectory() as out:
+        train.main(["--workflow", "single", "--steps", "1", "--out", out + "/r", *SMALL])
+    # completions are at most 6 tokens (--max-new-tokens 6): longer rows prove prompts are counted
+    assert seen and all(min(lengths) > 6 for lengths in seen), seen
