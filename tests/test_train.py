@@ -185,3 +185,23 @@ def test_micro_batches_count_prompt_tokens(tiny, monkeypatch):
         train.main(["--workflow", "single", "--steps", "1", "--out", out + "/r", *SMALL])
     # completions are at most 6 tokens (--max-new-tokens 6): longer rows prove prompts are counted
     assert seen and all(min(lengths) > 6 for lengths in seen), seen
+
+
+def test_ctrl_c_finishes_the_step_saves_and_resume_continues(tmp_path, monkeypatch, capsys):
+    import signal
+    monkeypatch.setattr(workflows.rewards, "grade", fake_grade)
+    real_step = train.train_step
+
+    def interrupted_in_step_2(*a):
+        if a[-1] == 2:
+            os.kill(os.getpid(), signal.SIGINT)  # as if the user pressed Ctrl-C during step 2
+        return real_step(*a)
+    monkeypatch.setattr(train, "train_step", interrupted_in_step_2)
+    out = str(tmp_path / "run")
+    train.main(["--workflow", "single", "--steps", "4", "--save-every", "10", "--out", out, *SMALL])
+    assert [x["step"] for x in read_metrics(out)] == [1, 2]
+    assert os.path.isdir(os.path.join(out, "step_000002"))
+    assert "--resume" in capsys.readouterr().out
+    monkeypatch.setattr(train, "train_step", real_step)
+    train.main(["--out", out, "--resume"])
+    assert [x["step"] for x in read_metrics(out)] == [1, 2, 3, 4]

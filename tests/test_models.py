@@ -1,0 +1,54 @@
+"""The tiny offline model and model loading: Qwen-style tokens and chat template, the real
+save_pretrained / from_pretrained path, and one clear line for every bad model spec."""
+import pytest
+
+import models
+
+
+def test_tiny_tokenizer_has_qwen_specials_and_thinking_off_template(tiny):
+    model, tok = tiny
+    for t in models.SPECIALS:
+        ids = tok(t, add_special_tokens=False)["input_ids"]
+        assert len(ids) == 1 and tok.decode(ids) == t  # each special is one token
+    text = tok.decode(models.chat_ids(tok, "What is 2+3?"))
+    # exactly how Qwen3 renders one user turn with enable_thinking=False
+    assert text == ("<|im_start|>user\nWhat is 2+3?<|im_end|>\n<|im_start|>assistant\n"
+                    "<think>\n\n</think>\n\n")
+    stops = models.stop_ids(model, tok)
+    assert tok.convert_tokens_to_ids("<|im_end|>") in stops and tok.pad_token_id in stops
+    assert tok.decode(tok("def f(x):\n    return x + 1", add_special_tokens=False)["input_ids"]) == \
+        "def f(x):\n    return x + 1"  # byte-level: any text round-trips
+
+
+def test_tiny_model_is_deterministic_and_small(tmp_path):
+    import torch
+    from transformers import AutoModelForCausalLM
+    models.build_tiny(tmp_path / "a")
+    models.build_tiny(tmp_path / "b")
+    a, b = (AutoModelForCausalLM.from_pretrained(tmp_path / x) for x in "ab")
+    assert type(a).__name__ == "Qwen3ForCausalLM" and a.config.num_hidden_layers == 2
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+
+
+@pytest.mark.parametrize("spec,message", [
+    ("./no/such/folder", "no such model folder or file"),
+    ("/tmp/missing-model.gguf", "no such GGUF file"),
+    ("not a name!", "no such model folder or file"),
+])
+def test_bad_model_specs_are_clear_errors(spec, message):
+    with pytest.raises(FileNotFoundError, match=message):
+        models.load_model(spec, device="cpu")
+
+
+def test_hub_name_without_network_says_so(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(RuntimeError, match="cannot be reached.*--model tiny"):
+        models.load_model("someone/not-cached-model-xyz", device="cpu")
+
+
+def test_default_model_falls_back_to_tiny_with_one_line(monkeypatch, capsys):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(models, "DEFAULT_MODEL", "someone/not-cached-model-xyz")
+    _, _, used = models.load_default_model(None, device="cpu")
+    out = capsys.readouterr().out.strip().splitlines()
+    assert used == "tiny" and len(out) == 1 and "built-in tiny model" in out[0]
