@@ -88,8 +88,9 @@ def sample(model, prompts, n=1, max_new_tokens=256, temperature=1.0, top_p=1.0, 
     benchmarks to force a fixed length, as `generate(min_new_tokens=...)` does). `fast` picks
     sample_fast (default: on CUDA when top_k and top_p are off)."""
     device = next(model.parameters()).device
-    if fast is None:
-        fast = device.type == "cuda" and top_p >= 1.0 and not top_k
+    if fast is None:  # the fast path builds full-attention masks only (no sliding-window layers)
+        layer_types = getattr(model.config.get_text_config(), "layer_types", None) or ["full_attention"]
+        fast = device.type == "cuda" and top_p >= 1.0 and not top_k and set(layer_types) == {"full_attention"}
     if fast:
         return sample_fast(model, prompts, n, max_new_tokens, temperature, stop_ids, pad_id, generator,
                            min_new_tokens)
@@ -222,7 +223,7 @@ def sample_fast(model, prompts, n=1, max_new_tokens=256, temperature=1.0, stop_i
     L = Lp + max_new_tokens
     stops = torch.tensor(sorted(set(stop_ids) | {pad_id}), device=device)
     ids, pmask, positions = left_pad(rows, pad_id, device)
-    cache = StaticKV(model.config, B, L, device, next(model.parameters()).dtype)
+    cache = StaticKV(model.config, B, L, device, model.get_input_embeddings().weight.dtype)
     # prefill mask (B, 1, Lp, L): causal, no padding keys; a padding query sees itself (finite rows)
     real = pmask.bool()[:, None, None, :]
     causal = torch.ones(Lp, Lp, dtype=torch.bool, device=device).tril()
