@@ -174,7 +174,9 @@ def _latex_to_sympy(s: str) -> str:
         if s.startswith("\\frac", i):
             a, i = _arg(s, i + 5)
             b, i = _arg(s, i)
-            out.append(f"(({_latex_to_sympy(a)})/({_latex_to_sympy(b)}))")
+            whole = re.fullmatch(r"\s*(-?)\s*\d+\s*", "".join(out))  # a mixed number: 2\frac{1}{3} = 2 + 1/3
+            out.append(("-" if whole and whole.group(1) else "+" if whole else "") +
+                       f"(({_latex_to_sympy(a)})/({_latex_to_sympy(b)}))")
         elif s.startswith("\\sqrt", i):
             n, i = None, i + 5
             if s[i:i + 1] == "[":
@@ -215,7 +217,13 @@ def _to_sympy(s: str) -> str | None:
 
 
 def _number(t: str) -> Fraction | None:
-    u = re.sub(r"[()\s]", "", t)
+    """The exact value of a plain number or fraction ("((1)/(2))", "-0.75"); None for anything else.
+    Brackets are dropped only around a bare number that no digit precedes, so "2(3)" or "1 1/2" stay
+    non-numbers (and go to sympy) instead of being read as 23 or 11/2."""
+    u = t.strip()
+    while (v := re.sub(r"(?<![\d.)])\(\s*([-+]?[\d.]+(?:\s*/\s*[\d.]+)?)\s*\)", r"\1", u)) != u:
+        u = v
+    u = re.sub(r"\s*/\s*", "/", u)
     if not re.fullmatch(r"[-+]?(\d+\.?\d*|\.\d+)(/(\d+\.?\d*|\.\d+))?", u):
         return None
     num, _, den = u.partition("/")
@@ -311,6 +319,13 @@ def _equal(p: str, g: str) -> bool:
     return _SYMPY.equal(tp, tg)
 
 
+def _drop_words(s: str, other: str) -> str:
+    """'12 apples' -> '12' when the other side is a plain number: a noun after the number is not part
+    of the answer. Only then, so '5 x' still differs from gold '5x'."""
+    m = re.fullmatch(r"([-+]?\d[\d.,/]*)\s+[a-zA-Z][a-zA-Z .'-]*", s)
+    return m.group(1) if m and re.fullmatch(r"[-+]?\d[\d.,/]*", other) else s
+
+
 def math_check(completion: str, answer: str) -> tuple[float, str]:
     """(reward, status) of a math completion against a gold answer."""
     pred = last_boxed(completion)
@@ -319,6 +334,7 @@ def math_check(completion: str, answer: str) -> tuple[float, str]:
     (p, p_pct), (g, g_pct) = _normalize(pred), _normalize(_gold(answer))
     if not g:
         return 0.0, "error"
+    p, g = _drop_words(p, g), _drop_words(g, p)
     try:
         ok = _equal(p, g) or (p_pct and not g_pct and (n := _number(p)) is not None and _equal(str(n / 100), g))
     except _Undecided:

@@ -48,6 +48,11 @@ MATH_CASES = [  # (completion, gold, reward)
     ("\\boxed{1} no wait \\boxed{2}", "1", 0), ("\\boxed{\\frac{1}{\\sqrt{2}}}", "\\frac{\\sqrt2}{2}", 1),
     ("gold is a GSM8K solution: \\boxed{72}", "48 + 24 = <<48+24=72>>72\n#### 72", 1),
     ("gold is a MATH solution: \\boxed{\\frac12}", "So the answer is $\\boxed{\\frac{1}{2}}$.", 1),
+    ("\\boxed{5.5}", "1\\frac{1}{2}", 0), ("\\boxed{1.5}", "1\\frac{1}{2}", 1), ("\\boxed{7}", "2\\frac{1}{3}", 0),
+    ("\\boxed{3 \\frac{1}{2}}", "3.5", 1), ("\\boxed{3 \\frac{1}{2}}", "15.5", 0), ("\\boxed{-2\\frac12}", "-2.5", 1),
+    ("\\boxed{2(3)}", "23", 0), ("\\boxed{1 1/2}", "5.5", 0), ("\\boxed{(12)}", "12", 1), ("\\boxed{2x\\frac{1}{2}}", "x", 1),
+    ("\\boxed{12 \\text{ apples}}", "12", 1), ("\\boxed{12 apples}", "12", 1), ("\\boxed{12 apples}", "13", 0),
+    ("\\boxed{\\text{12 apples}}", "12", 1), ("\\boxed{2}", "2 \\text{ m}", 1), ("\\boxed{5 x}", "5x", 1),
     ("\\boxed{\\frac{}", "\\frac{", 0), ("\\boxed{?}", "?", 0), ("\\boxed{()}", "()", 0), ("\\boxed{5}", "", 0),
 ]
 
