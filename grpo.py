@@ -152,7 +152,9 @@ def token_loss(logprobs, old_logprobs, advantages, clip_low=0.2, clip_high=0.28,
 
     PPO-clip: max(-A r, -A clip(r, 1 - low, 1 + high)); dual clip: for A < 0 the loss is capped at
     -A * dual_clip so one very unlikely token with a huge ratio cannot dominate (dual_clip 0: off)."""
-    ratio = torch.exp(logprobs - old_logprobs)
+    # clamped as verl does: exp(100) would be inf, and 0 * inf = NaN reaches the gradient even where
+    # the clip has made the loss constant
+    ratio = torch.exp((logprobs - old_logprobs).clamp(-20.0, 20.0))
     unclipped = -advantages * ratio
     clipped_obj = -advantages * ratio.clamp(1 - clip_low, 1 + clip_high)
     loss = torch.maximum(unclipped, clipped_obj)

@@ -72,6 +72,7 @@ def pick(logits, temperature, top_k, top_p, generator):
         probs = sorted_logits.softmax(-1)
         # drop a token when the tokens ranked above it already reach top_p (the first always stays)
         drop = probs.cumsum(-1) - probs >= top_p
+        drop[:, 0] = False  # the most likely token always stays (top_p = 0 is greedy, not NaN)
         scaled = scaled.scatter(-1, order, sorted_logits.masked_fill(drop, float("-inf")))
     tokens = torch.multinomial(scaled.softmax(-1), 1, generator=generator)[:, 0]
     return tokens, logprobs.gather(-1, tokens[:, None])[:, 0]

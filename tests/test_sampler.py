@@ -96,6 +96,9 @@ def test_min_new_tokens_forces_length_and_top_k_1_is_greedy(tiny):
     top1 = sample(model, prompts(tok), max_new_tokens=10, temperature=0.7, top_k=1,
                   pad_id=tok.pad_token_id, generator=torch.Generator().manual_seed(0))
     assert [c.tokens for c in greedy] == [c.tokens for c in top1]
+    top_p0 = sample(model, prompts(tok), max_new_tokens=10, temperature=0.7, top_p=0.0,
+                    pad_id=tok.pad_token_id, generator=torch.Generator().manual_seed(0))
+    assert [c.tokens for c in greedy] == [c.tokens for c in top_p0]
 
 
 def test_empty_prompt_list_and_empty_prompt(tiny):

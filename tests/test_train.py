@@ -106,6 +106,17 @@ def test_parallel_step_counts(tmp_path, mode, steps, monkeypatch):
     assert m["roles"]["aggregator"]["optimizer_steps"] == 1
 
 
+def _rows():
+    return [workflows.Turn("generator", "generator", [1, 2, 3], [4, 5], [-1.0, -1.0], "stop", "x"),
+            workflows.Turn("generator", "generator", [1, 2], [6, 7, 8], [-1.0] * 3, "stop", "y"),
+            workflows.Turn("generator", "generator", [9, 2, 3, 4, 5, 6, 7], [6, 8], [-1.0] * 2, "stop", "z")]
+
+
+def _stats():
+    return {"generator": dict(weight_share=[], grad_norm_sq=0.0, loss=0.0, entropy_sum=0.0, clipped=0,
+                              kl_sum=0.0, train_tokens=0, optimizer_steps=0)}
+
+
 def test_ip_step_changes_only_its_own_adapter(tiny):
     import lora
     from grpo import completion_logprobs
@@ -113,20 +124,56 @@ def test_ip_step_changes_only_its_own_adapter(tiny):
     for name in ("g_only", "e_only"):
         if name not in lora.adapter_names(model):
             lora.add_adapter(model, name, rank=4, alpha=8)
+            for p in lora.adapter_parameters(model, name):
+                torch.nn.init.normal_(p, std=0.05)  # non-zero B: both adapters affect the outputs
     before = {n: [p.detach().clone() for p in lora.adapter_parameters(model, n)] for n in ("g_only", "e_only")}
-    rows = [workflows.Turn("generator", "generator", [1, 2, 3], [4, 5], [-1.0, -1.0], "stop", "x"),
-            workflows.Turn("generator", "generator", [1, 2], [6, 7, 8], [-1.0] * 3, "stop", "y")]
+    rows = _rows()
     lora.set_adapter(model, "g_only")
     with torch.no_grad():
         old = completion_logprobs(model, [r.prompt_ids for r in rows], [r.completion_ids for r in rows])[0]
-    args = train.parse_args(["--lr", "1e-2"])
-    stats = {"generator": dict(weight_share=[], grad_norm_sq=0.0, loss=0.0, entropy_sum=0.0, clipped=0,
-                               kl_sum=0.0, train_tokens=0, optimizer_steps=0)}
-    opt = torch.optim.AdamW(lora.adapter_parameters(model, "g_only"), lr=1e-2)
-    assert train.optimizer_step(model, "g_only", rows, [1.0, -1.0], old, [None, None], opt, args, stats)
+    # one optimizer over BOTH adapters, no weight decay: e_only changes iff it received a gradient
+    opt = torch.optim.AdamW(lora.adapter_parameters(model, "g_only") + lora.adapter_parameters(model, "e_only"),
+                            lr=1e-2, weight_decay=0.0)
+    args = train.parse_args([])
+    assert train.optimizer_step(model, "g_only", rows, [1.0, -1.0, 0.5], old, [None] * 3, opt, args, _stats())
     after = {n: lora.adapter_parameters(model, n) for n in ("g_only", "e_only")}
     assert any(not torch.equal(b, a) for b, a in zip(before["g_only"], after["g_only"]))
     assert all(torch.equal(b, a) for b, a in zip(before["e_only"], after["e_only"]))
+    lora.set_adapter(model, None)
+
+
+def test_optimizer_step_gradient_does_not_depend_on_the_token_budget(tiny):
+    """train.optimizer_step's own micro-batching (per role, budget from prompt + completion tokens)
+    against one big batch: same gradient, in every aggregation mode."""
+    import lora
+    from grpo import AGGREGATIONS, completion_logprobs
+    model, tok = tiny
+    if "mbt" not in lora.adapter_names(model):
+        lora.add_adapter(model, "mbt", rank=4, alpha=8)
+        for p in lora.adapter_parameters(model, "mbt"):
+            torch.nn.init.normal_(p, std=0.05)
+    rows = _rows() + [workflows.Turn("evaluator", "evaluator", [3, 3, 3, 3], [5, 6, 7, 8], [-1.0] * 4, "stop", "w")]
+    lora.set_adapter(model, "mbt")
+    with torch.no_grad():
+        old = [lp - 0.2 for lp in completion_logprobs(model, [r.prompt_ids for r in rows],
+                                                        [r.completion_ids for r in rows])[0]]
+
+    class NoStep:  # keeps the gradient for inspection
+        def zero_grad(self, set_to_none=True):
+            for p in lora.adapter_parameters(model, "mbt"):
+                p.grad = None
+
+        def step(self):
+            pass
+    for mode in AGGREGATIONS:
+        grads = []
+        for budget in (10 ** 6, 9):
+            args = train.parse_args(["--loss-agg", mode, "--token-budget", str(budget), "--grad-clip", "1e9"])
+            stats = {**_stats(), "evaluator": _stats()["generator"]}
+            train.optimizer_step(model, "mbt", rows, [1.0, -0.5, 2.0, -1.0], old, [None] * 4, NoStep(), args, stats)
+            grads.append(torch.cat([p.grad.flatten() for p in lora.adapter_parameters(model, "mbt")]))
+        assert grads[0].abs().sum() > 0
+        torch.testing.assert_close(grads[1], grads[0], atol=1e-7, rtol=1e-5)
     lora.set_adapter(model, None)
 
 
