@@ -24,6 +24,8 @@ from rewards import last_boxed
 
 
 def _math_answer(value) -> str:
+    if not isinstance(value, (str, int, float)) or isinstance(value, bool):  # null, lists, ...: no gold
+        raise ValueError(f"the gold answer must be a string or a number, got {json.dumps(value)}")
     s = str(value).strip()
     if "####" in s:
         return s.rsplit("####", 1)[1].strip().replace(",", "")  # GSM8K writes 1,000
@@ -150,6 +152,8 @@ def load_problems(path: str, task: str | None = None, limit: int | None = None) 
             raise ValueError(f"{path}:{where}: duplicate id {prob['id']!r} (also at {seen[prob['id']]})")
         seen[prob["id"]] = where
         problems.append({"id": prob.pop("id"), **prob})
+    if not problems:
+        raise ValueError(f"{path}: no problems in this file")
     return problems
 
 

@@ -69,12 +69,20 @@ def test_json_list_and_limit(tmp_path):
     ('{"prompt": "P", "io_tests": [{"input": 1, "output": "2"}]}', "io tests"),
     ('{"task": "code", "prompt": "P"}', "test_code or io_tests"),
     ('[1, 2]', "JSON object"),
+    ('{"question": "Q?", "answer": null}', "gold answer must be"),
 ])
 def test_malformed_row_names_file_and_line(tmp_path, line, fragment):
     path = write_jsonl(tmp_path / "bad.jsonl", [ROWS["dapo"][0], ROWS["dapo"][0], line])
     with pytest.raises(ValueError) as e:
         data.load_problems(path)
     assert f"{path}:3:" in str(e.value) and fragment in str(e.value)
+
+
+def test_empty_file_is_an_error(tmp_path):
+    path = tmp_path / "empty.jsonl"
+    path.write_text("\n")
+    with pytest.raises(ValueError, match="empty.jsonl: no problems"):
+        data.load_problems(str(path))
 
 
 def test_duplicate_ids_are_an_error(tmp_path):
