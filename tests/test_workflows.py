@@ -393,9 +393,11 @@ def test_policy_adapters_batching_and_limit(tiny, monkeypatch):
         "generator", [short, "a much longer text " * 20, short])
     assert out[1] is None and out[0] is not None and out[2] is not None and samples == [2]
     assert out[0].prompt_ids == chat_ids(tok, short)
-    # a model without adapters is the base model; naming an adapter for it is an error
-    base, _ = tiny
-    with pytest.raises(ValueError):
+    # a model without adapters is the base model; naming an adapter for it is an error (a fresh
+    # model: the session fixture may carry other tests' adapters)
+    from models import load_model
+    base, _ = load_model("tiny", device="cpu")
+    with pytest.raises(ValueError, match="the model has no adapters"):
         make_policy(base, tok, {"generator": "generator"})("generator", ["hi"])
 
 
