@@ -18,6 +18,30 @@ it is logged, as is everything in metrics.jsonl. Checkpoints are written atomica
 Left out (on purpose): the reference's fixed 512-row mini-batches (a role takes one step per
 training step, or one per parallel instance), several PPO epochs, entropy bonus, gradient-coherence
 damping, and any reference model unless --kl is > 0.
+
+Several GPUs (nanoGPT-style DDP by hand, no framework; a plain `python train.py` starts no process
+group and runs exactly as before):
+    torchrun --standalone --nproc_per_node 2 train.py --workflow voting --policy ip ...
+Every rank draws the same global batch and rolls out its contiguous slice of the problems (all
+rollouts of a problem on one rank, so GRPO groups stay whole), scores them and computes old
+log-probs. Each optimizer step then normalises the token weights over the rows of ALL ranks
+(step_token_weights), so each rank's loss is its part of the single-process loss; the LoRA
+gradients are summed with all_reduce (per role, so the per-role gradient norms logged are global)
+and clipped / checked for non-finite values after the reduction, so every rank takes the same step
+and the adapters stay identical. Under IP each adapter is reduced on its own, and the ranks first
+agree on the set of optimizer steps (per-instance slots): a rank without rows for a step joins its
+all-reduce with a zero gradient. NCCL on CUDA (one GPU per rank, cuda:LOCAL_RANK), gloo on CPU.
+Rank 0 logs (metrics over all ranks), evaluates, writes samples and checkpoints. Rank r samples
+with its own stream, seeded (seed, r) (rank 0: seed, as a plain run). A checkpoint holds every
+rank's RNG state and the global data position, so resuming on the same number of ranks is exact; on
+more ranks the new ranks start fresh streams seeded (seed, rank, step), on fewer the extra saved
+streams are unused, and either way the problems fall to other ranks than before: the run continues
+correctly but does not replay what an uninterrupted run would have sampled.
+Left out: overlapping the all-reduce with backward (DDP buckets), sharded models (each rank holds
+the whole model), splitting evaluation across ranks, balancing ranks by episode length, and Ctrl-C
+saving under torchrun (it stops at once; resume from the last --save-every checkpoint). A problem
+drawn twice into one batch (at an epoch boundary) pools into one GRPO group in one process but
+forms two groups when its copies land on different ranks.
 """
 import argparse
 import json
@@ -27,9 +51,12 @@ import shutil
 import signal
 import sys
 import time
+from dataclasses import replace
+from datetime import timedelta
 
 import numpy as np
 import torch
+import torch.distributed as dist
 from tqdm import tqdm
 
 import grpo
@@ -122,6 +149,68 @@ def role_value(values, role, default):
 
 
 # ---------------------------------------------------------------------------------------------
+# several processes (torchrun): everything distributed goes through these few helpers
+
+def world():
+    """(rank, world size); (0, 1) in a plain `python train.py`."""
+    return (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+
+
+def rank_device(device):
+    """cuda:LOCAL_RANK under torchrun on GPUs (one GPU per rank), else `device` as given."""
+    cuda = (device or ("cuda" if torch.cuda.is_available() else "cpu")).startswith("cuda")
+    if "LOCAL_RANK" not in os.environ or not cuda:
+        return device
+    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    return f"cuda:{os.environ['LOCAL_RANK']}"
+
+
+def init_distributed(device):
+    """Join torchrun's process group when launched by it (RANK in the environment) and no group
+    exists yet (a caller such as a test may have set one up): NCCL on CUDA, gloo on CPU."""
+    if "RANK" in os.environ and not dist.is_initialized():
+        # a long timeout: the other ranks wait in their next collective while rank 0 evaluates and saves
+        dist.init_process_group("nccl" if str(device).startswith("cuda") else "gloo",
+                                timeout=timedelta(hours=1))
+
+
+def gather(obj):
+    """Every rank's `obj` (small, picklable), in rank order, on every rank; [obj] in a plain run."""
+    if not dist.is_initialized():
+        return [obj]
+    out = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def rank_seed(seed, rank, step=0):
+    """Seed of a rank's sampling stream: `seed` for rank 0 at the start (a plain run is unchanged),
+    else drawn from (seed, rank, step) so that ranks do not sample the same tokens."""
+    return seed if rank == step == 0 else int(np.random.SeedSequence([seed, rank, step]).generate_state(1)[0])
+
+
+def my_share(batch):
+    """This rank's contiguous slice of the global batch. Whole problems, so GRPO groups stay on one
+    rank; contiguous, so that rank order is batch order and gathered rows line up with one process's."""
+    rank, n = world()
+    return batch[rank * len(batch) // n:(rank + 1) * len(batch) // n]
+
+
+def step_token_weights(roles, lengths, args):
+    """grpo.token_weights of this rank's rows, normalised over the rows of EVERY rank in this
+    optimizer step, so that each rank's loss is exactly its part of the single-process loss and the
+    summed gradients are the single-process gradient. Normalising per rank instead would weigh a
+    row by 1 / (its rank's rows), not 1 / (all rows). Gathering the (role, length) of every row and
+    calling the same function keeps one implementation of the weighting (a few ints per row)."""
+    rank, _ = world()
+    parts = gather((roles, lengths))
+    weights, shares = grpo.token_weights([r for p in parts for r in p[0]], [n for p in parts for n in p[1]],
+                                         args.loss_agg, args.role_weight_map)
+    start = sum(len(p[1]) for p in parts[:rank])
+    return weights[start:start + len(lengths)], shares
+
+
+# ---------------------------------------------------------------------------------------------
 # run directory: config, checkpoints, metrics
 
 def checkpoints(out):
@@ -129,9 +218,20 @@ def checkpoints(out):
         if os.path.isdir(out) else []
 
 
+def rng_state(gen):
+    """This rank's RNG states: CPU torch, the sampler's generator, and its own GPU's (current device)."""
+    return {"torch": torch.get_rng_state(), "sampler": gen.get_state(),
+            "cuda": torch.cuda.get_rng_state() if torch.cuda.is_available() else None}
+
+
 def save_checkpoint(out, step, model, adapters, optimizers, gen, consumed, config):
     """Everything needed to continue exactly: adapters (safetensors), optimizer states, RNG
-    states, data position (the learning rate is a function of the step). Written to a temporary folder, then renamed (atomic)."""
+    states, data position (the learning rate is a function of the step). Written to a temporary folder, then renamed (atomic).
+    Under torchrun every rank calls this (to hand over its RNG states) and rank 0 writes: adapters
+    and optimizer states are the same on every rank."""
+    rngs = gather(rng_state(gen))
+    if world()[0] != 0:
+        return
     final = os.path.join(out, f"step_{step:06d}")
     tmp = final + ".tmp"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -142,24 +242,34 @@ def save_checkpoint(out, step, model, adapters, optimizers, gen, consumed, confi
     torch.save({
         "step": step, "consumed": consumed,
         "optimizers": {k: o.state_dict() for k, o in optimizers.items()},
-        "rng": {"torch": torch.get_rng_state(), "sampler": gen.get_state(),
-                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None},
+        "rng": rngs[0], "rng_ranks": rngs[1:],  # rank 0's (a plain run's) and the other ranks' RNG states
     }, os.path.join(tmp, "state.pt"))
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
 
 
-def load_checkpoint(out, model, adapters, optimizers, gen):
+def load_checkpoint(out, model, adapters, optimizers, gen, seed=0):
+    """Restore the last checkpoint on this rank. Rank r takes the saved RNG states of rank r; a rank
+    the saved run did not have starts a fresh sampling stream seeded (seed, rank, step)."""
+    rank, n = world()
     folder = os.path.join(out, checkpoints(out)[-1])
     for name in adapters:
         lora.load_adapter(model, name, os.path.join(folder, f"{name}.safetensors"))
     state = torch.load(os.path.join(folder, "state.pt"), weights_only=False)
     for k, o in optimizers.items():
         o.load_state_dict(state["optimizers"][k])
-    torch.set_rng_state(state["rng"]["torch"])
-    gen.set_state(state["rng"]["sampler"])
-    if state["rng"]["cuda"] is not None and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["rng"]["cuda"])
+    saved = [state["rng"], *state.get("rng_ranks", [])]
+    if rank < len(saved):
+        torch.set_rng_state(saved[rank]["torch"])
+        gen.set_state(saved[rank]["sampler"])
+        cuda = saved[rank]["cuda"]
+        if cuda is not None and torch.cuda.is_available():  # a list: saved by an older train.py (all GPUs)
+            torch.cuda.set_rng_state_all(cuda) if isinstance(cuda, list) else torch.cuda.set_rng_state(cuda)
+    else:
+        torch.manual_seed(rank_seed(seed, rank, state["step"]))
+        gen.manual_seed(rank_seed(seed, rank, state["step"]))
+    if rank != 0:
+        return state["step"], state["consumed"]
     # metrics logged after the checkpoint (an interrupted step) are dropped: they will be redone
     path = os.path.join(out, "metrics.jsonl")
     if os.path.exists(path):
@@ -167,8 +277,10 @@ def load_checkpoint(out, model, adapters, optimizers, gen):
             keep = [line for line in f if line.strip() and json.loads(line)["step"] <= state["step"]]
         with open(path, "w") as f:
             f.writelines(keep)
+    streams = "RNG states" if n == len(saved) else f"RNG states (saved on {len(saved)} rank(s), now " \
+        f"{n}" + (f": ranks {len(saved)}+ start fresh streams)" if n > len(saved) else ")")
     print(f"resumed from {folder}: step {state['step']}, adapters {list(adapters)}, optimizer "
-          f"states, RNG states, data position {state['consumed']}", flush=True)
+          f"states, {streams}, data position {state['consumed']}", flush=True)
     return state["step"], state["consumed"]
 
 
@@ -188,18 +300,16 @@ def draw(problems, consumed, count, seed):
 def update_groups(rows, slots, args):
     """(adapter, row indices) per optimizer step, in order. IP updates roles in ROLES order; the
     order does not matter because each adapter only changes its own rows' log-probs and all old
-    log-probs were computed before the first step."""
+    log-probs were computed before the first step. Under torchrun the steps are those of the whole
+    batch (the union over ranks), so a rank with no rows for a step (e.g. no episode with a third
+    worker) still takes part in it, with an empty list."""
     live = [i for i, r in enumerate(rows) if r.completion_ids]
     if args.policy == "sp":
         return [("shared", live)]
-    groups = []
-    for role in ROLES[args.workflow]:
-        mine = [i for i in live if rows[i].role == role]
-        if mine and args.parallel_steps == "per-instance" and (args.workflow, role) in PARALLEL_ROLES:
-            groups += [(role, [i for i in mine if slots[i] == k]) for k in sorted({slots[i] for i in mine})]
-        elif mine:
-            groups.append((role, mine))
-    return groups
+    per_instance = lambda role: args.parallel_steps == "per-instance" and (args.workflow, role) in PARALLEL_ROLES
+    steps = {(rows[i].role, slots[i] if per_instance(rows[i].role) else -1) for i in live}  # -1: all slots
+    steps = sorted(set().union(*gather(steps)), key=lambda k: (ROLES[args.workflow].index(k[0]), k[1]))
+    return [(role, [i for i in live if rows[i].role == role and k in (-1, slots[i])]) for role, k in steps]
 
 
 def optimizer_step(model, adapter, rows, adv, old_lp, ref_lp, opt, args, stats):
@@ -208,13 +318,14 @@ def optimizer_step(model, adapter, rows, adv, old_lp, ref_lp, opt, args, stats):
     contribution can be measured. Returns False, leaving the adapter unchanged, when the loss or
     the gradient is not finite."""
     lengths = [len(r.completion_ids) for r in rows]
-    weights, shares = grpo.token_weights([r.role for r in rows], lengths, args.loss_agg, args.role_weight_map)
+    weights, shares = step_token_weights([r.role for r in rows], lengths, args)
     params = lora.adapter_parameters(model, adapter)
     lora.set_adapter(model, adapter)
     model.train()
     opt.zero_grad(set_to_none=True)
-    before, finite = None, True
-    for role in sorted({r.role for r in rows}):
+    before, reduced, finite = None, None, True
+    n_ranks = world()[1]
+    for role in sorted(shares):  # the roles of the whole step: every rank walks the same ones
         idx = [i for i, r in enumerate(rows) if r.role == role]
         s = stats[role]
         s["weight_share"].append(shares[role])
@@ -238,15 +349,24 @@ def optimizer_step(model, adapter, rows, adv, old_lp, ref_lp, opt, args, stats):
             s["kl_sum"] += kl.sum().item()
             s["train_tokens"] += lp.numel()
         grads = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).flatten() for p in params])
-        s["grad_norm_sq"] += float(((grads - before) if before is not None else grads).norm() ** 2)
+        # this role's gradient from this rank's rows (a copy of grads: all_reduce works in place)
+        delta = (grads - before) if before is not None else grads.clone()
+        if n_ranks > 1:
+            dist.all_reduce(delta)  # a sum: the weights are already normalised over all ranks
+            reduced = delta if reduced is None else reduced + delta
+        s["grad_norm_sq"] += float(delta.norm() ** 2)
         before = grads
+    if n_ranks > 1:  # every rank now holds the whole batch's gradient, and agrees on finiteness
+        finite = all(gather(finite))
+        for p, g in zip(params, reduced.split([p.numel() for p in params]) if reduced is not None else []):
+            p.grad = g.view_as(p)
     norm = torch.nn.utils.clip_grad_norm_(params, args.grad_clip)
     model.eval()
     if not (finite and torch.isfinite(norm)):
         opt.zero_grad(set_to_none=True)
         return False
     opt.step()
-    for role in {r.role for r in rows}:
+    for role in shares:
         stats[role]["optimizer_steps"] += 1
     return True
 
@@ -301,6 +421,16 @@ def train_step(model, tok, problems, args, optimizers, gen, step):
                                       optimizers[adapter], args, stats)
     t3 = time.perf_counter()
 
+    if world()[1] > 1:  # the metrics are those of the whole batch: every rank's episodes (without the
+        # prompt ids and sampling log-probs no metric reads), advantages and update sums, in batch order
+        summed = ("loss", "entropy_sum", "clipped", "kl_sum", "train_tokens")
+        light = [replace(ep, turns=[replace(t, prompt_ids=[], logprobs=[]) for t in ep.turns]) for ep in episodes]
+        parts = gather((light, adv, singletons, {role: [s[k] for k in summed] for role, s in stats.items()}))
+        episodes, adv = [ep for p in parts for ep in p[0]], [a for p in parts for a in p[1]]
+        rows, singletons = [t for ep in episodes for t in ep.turns], sum(p[2] for p in parts)
+        for role, s in stats.items():
+            s.update({k: sum(p[3][role][j] for p in parts) for j, k in enumerate(summed)})
+
     metrics = {"step": step, "reward_mean": float(np.mean([ep.reward for ep in episodes])),
                "accuracy": float(np.mean([ep.reward == 1.0 for ep in episodes])),
                "episodes": len(episodes), "rows": len(rows), "singleton_groups": singletons,
@@ -325,7 +455,7 @@ def train_step(model, tok, problems, args, optimizers, gen, step):
             if any(r.correct is not None for r in mine) else None}
     metrics["workflow"] = workflow_facts(args.workflow, episodes)
     metrics["time"] = {"rollout_and_reward": t1 - t0, "old_logprobs": t2 - t1, "update": t3 - t2,
-                       "total": t3 - t0,
+                       "total": t3 - t0, "ranks": world()[1],  # times are rank 0's
                        "rollout_tokens_per_s": sum(len(r.completion_ids) for r in rows) / max(t1 - t0, 1e-9)}
     return metrics, episodes
 
@@ -392,25 +522,43 @@ def main(argv=None):
         args.model = config["model_used"]
     elif args.out and (checkpoints(args.out) or os.path.exists(os.path.join(args.out, "metrics.jsonl"))):
         sys.exit(f"error: {args.out} already holds a run; pass --resume to continue it or choose another --out")
+    owner = "RANK" in os.environ and not dist.is_initialized()  # torchrun started us: run() joins the group
+    try:
+        return run(args)
+    finally:
+        if owner and dist.is_initialized():
+            dist.destroy_process_group()
 
+
+def run(args):
+    """main after the command line: load, set up or resume, train, save. Under torchrun every rank
+    runs this; rank 0 alone prints, writes the run folder and evaluates."""
+    device = rank_device(args.device)
     try:  # bad input gets one clear line, not a traceback
         problems = load_problems(args.data, args.task) if args.data else builtin_problems(args.task, "train", seed=args.seed)
         eval_set = []
         if args.eval_every:
             eval_set = (load_problems(args.eval_data, args.task) if args.eval_data
                         else builtin_problems(args.task, "test", seed=args.seed))[:args.eval_problems]
-        model, tok, model_used = load_default_model(args.model, args.device)
+        model, tok, model_used = load_default_model(args.model, device)
     except (OSError, ValueError, RuntimeError) as e:
         sys.exit(f"error: {e}")
+    # Join the process group only now: once one exists, transformers' save_pretrained writes on rank
+    # 0 alone, which would leave the tiny model (built through save_pretrained) unwritten elsewhere.
+    init_distributed(device)
+    rank, n_ranks = world()
     tiny = model_used == TINY
     for name, (real, small) in SIZED.items():
         if getattr(args, name) is None:
             setattr(args, name, small if tiny else real)
     args.model_used = model_used
-    args.out = args.out or os.path.join("runs", f"{args.workflow}-{args.policy}-{args.task}-{time.strftime('%Y%m%d-%H%M%S')}")
+    if args.problems < n_ranks:
+        sys.exit(f"error: --problems {args.problems} would leave ranks without problems; use at least {n_ranks}")
+    default_out = os.path.join("runs", f"{args.workflow}-{args.policy}-{args.task}-{time.strftime('%Y%m%d-%H%M%S')}")
+    args.out = gather(args.out or default_out)[0]  # rank 0's: the ranks' clocks may straddle a second
     os.makedirs(args.out, exist_ok=True)
 
-    torch.manual_seed(args.seed)
+    torch.manual_seed(args.seed)  # the same on every rank: the adapters start equal
     adapters = ["shared"] if args.policy == "sp" else list(ROLES[args.workflow])
     targets = args.lora_targets.split(",") if args.lora_targets else None
     for name in adapters:
@@ -419,19 +567,27 @@ def main(argv=None):
     optimizers = {name: torch.optim.AdamW(lora.adapter_parameters(model, name), lr=args.lr,
                                           weight_decay=args.weight_decay) for name in adapters}
     device = next(model.parameters()).device
-    gen = torch.Generator(device=device).manual_seed(args.seed)
+    if rank:  # rank 0 keeps the plain run's streams; the others get their own (LoRA dropout, sampling)
+        torch.manual_seed(rank_seed(args.seed, rank))
+    gen = torch.Generator(device=device).manual_seed(rank_seed(args.seed, rank))
     start, consumed = 0, 0
     if args.resume:
-        start, consumed = load_checkpoint(args.out, model, adapters, optimizers, gen)
+        start, consumed = load_checkpoint(args.out, model, adapters, optimizers, gen, args.seed)
         if start >= args.steps:
-            print(f"{args.out} is already finished: step {start} of {args.steps}. "
-                  f"Pass a larger --steps to train further.")
+            if rank == 0:
+                print(f"{args.out} is already finished: step {start} of {args.steps}. "
+                      f"Pass a larger --steps to train further.")
             return args.out
+    for name in adapters if n_ranks > 1 else []:  # as DDP does: every rank starts from rank 0's weights
+        for p in lora.adapter_parameters(model, name):
+            dist.broadcast(p.data, 0)
     config = {k: v for k, v in vars(args).items()}
-    with open(os.path.join(args.out, "config.json"), "w") as f:
-        json.dump(config, f, indent=1)
-    print(f"run {args.out}: {args.workflow} / {args.policy.upper()} / {args.task} on {model_used} ({device}), "
-          f"{len(problems)} training problems, adapters {adapters}", flush=True)
+    if rank == 0:
+        with open(os.path.join(args.out, "config.json"), "w") as f:
+            json.dump(config, f, indent=1)
+        print(f"run {args.out}: {args.workflow} / {args.policy.upper()} / {args.task} on {model_used} ({device}"
+              f"{f' x {n_ranks} ranks' if n_ranks > 1 else ''}), {len(problems)} training problems, "
+              f"adapters {adapters}", flush=True)
 
     stop = {"requested": False}
 
@@ -440,23 +596,27 @@ def main(argv=None):
             raise KeyboardInterrupt
         stop["requested"] = True
         print("\nCtrl-C: finishing this step, then saving a checkpoint (Ctrl-C again aborts unsaved)", flush=True)
-    previous = signal.signal(signal.SIGINT, on_sigint)
+    # Under torchrun Ctrl-C interrupts at once: a flag seen by some ranks and not others would leave
+    # the rest waiting in a collective.
+    previous = signal.signal(signal.SIGINT, on_sigint) if n_ranks == 1 else None
     bad_in_a_row = 0
     step = start
     try:
-        bar = tqdm(range(start, args.steps), initial=start, total=args.steps, desc="train", dynamic_ncols=True)
+        bar = tqdm(range(start, args.steps), initial=start, total=args.steps, desc="train", dynamic_ncols=True,
+                   disable=rank != 0)
         for step in bar:
-            batch = draw(problems, consumed, args.problems, args.seed)
+            batch = my_share(draw(problems, consumed, args.problems, args.seed))  # the data position is global
             consumed += args.problems
             for opt in optimizers.values():
                 for g in opt.param_groups:
                     g["lr"] = args.lr * lr_factor(step, args)
             metrics, episodes = train_step(model, tok, batch, args, optimizers, gen, step + 1)
-            if eval_set and (step + 1) % args.eval_every == 0:
+            if rank == 0 and eval_set and (step + 1) % args.eval_every == 0:
                 metrics["eval_accuracy"] = evaluate(model, tok, eval_set, args, gen)
-            with open(os.path.join(args.out, "metrics.jsonl"), "a") as f:
-                f.write(json.dumps(metrics) + "\n")
-            if args.sample_every and (step + 1) % args.sample_every == 0 or step == start:
+            if rank == 0:
+                with open(os.path.join(args.out, "metrics.jsonl"), "a") as f:
+                    f.write(json.dumps(metrics) + "\n")
+            if rank == 0 and (args.sample_every and (step + 1) % args.sample_every == 0 or step == start):
                 write_sample(args.out, step + 1, episodes[0])
             bar.set_postfix(reward=f"{metrics['reward_mean']:.3f}", skipped=metrics["skipped_steps"])
             bad_in_a_row = bad_in_a_row + 1 if metrics["skipped_steps"] else 0
@@ -470,8 +630,11 @@ def main(argv=None):
                 print(f"stopped at step {step + 1}; continue with: python train.py --out {args.out} --resume")
                 break
     finally:
-        signal.signal(signal.SIGINT, previous)
-    print(f"done: {args.out} (metrics.jsonl, config.json, {len(checkpoints(args.out))} checkpoint(s))")
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+    gather(None)  # a barrier: no rank returns before rank 0 has written the last checkpoint
+    if rank == 0:
+        print(f"done: {args.out} (metrics.jsonl, config.json, {len(checkpoints(args.out))} checkpoint(s))")
     return args.out
 
 
