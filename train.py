@@ -124,16 +124,28 @@ def parse_args(argv=None):
     p.add_argument("--eval-problems", type=int, default=64, help="held-out problems per evaluation")
     p.add_argument("--sample-every", type=int, default=10, help="write one episode as text to samples.txt every N steps")
     args = p.parse_args(argv)
-    args.kl_coefs = parse_role_values(p, "--kl", args.kl)
-    args.role_weight_map = parse_role_values(p, "--role-weights", args.role_weights) if args.role_weights else None
-    for name in ("problems", "group", "max_new_tokens", "steps"):
+    try:
+        derive(args)
+    except ValueError as e:
+        p.error(str(e))
+    minimum = {"problems": 1, "group": 2, "max_new_tokens": 1, "steps": 1, "voters": 1, "rounds": 1,
+               "lora_rank": 1, "token_budget": 1}  # group: advantages compare rollouts of one problem
+    for name, low in minimum.items():
         v = getattr(args, name)
-        if v is not None and v < 1:
-            p.error(f"--{name.replace('_', '-')} must be at least 1, got {v}")
+        if v is not None and v < low:
+            p.error(f"--{name.replace('_', '-')} must be at least {low}, got {v}")
+    if not args.temperature > 0 or not 0 < args.top_p <= 1:
+        p.error("--temperature must be > 0 (log-probs are taken at it) and --top-p in (0, 1]")
     return args
 
 
-def parse_role_values(parser, flag, text):
+def derive(args):
+    """Settings computed from flags; rebuilt on --resume rather than read back from config.json."""
+    args.kl_coefs = parse_role_values("--kl", args.kl)
+    args.role_weight_map = parse_role_values("--role-weights", args.role_weights) if args.role_weights else None
+
+
+def parse_role_values(flag, text):
     """'0.1' -> {None: 0.1} (every role); 'generator=3,evaluator=1' -> {'generator': 3.0, ...}."""
     try:
         if "=" not in text:
@@ -141,7 +153,7 @@ def parse_role_values(parser, flag, text):
         pairs = [item.split("=") for item in text.split(",") if item.strip()]
         return {k.strip(): float(v) for k, v in pairs}
     except ValueError:
-        parser.error(f"{flag} expects a number or role=number pairs separated by commas, got {text!r}")
+        raise ValueError(f"{flag} expects a number or role=number pairs separated by commas, got {text!r}")
 
 
 def role_value(values, role, default):
@@ -516,10 +528,12 @@ def main(argv=None):
             sys.exit(f"error: --resume: no checkpoint in {args.out} (nothing to continue)")
         with open(saved) as f:
             config = json.load(f)
-        steps = args.steps  # the only setting a resume may change: train for longer
+        out, steps = args.out, args.steps  # a resume may only train for longer
         args = argparse.Namespace(**{**config, "resume": True})
+        args.out = out  # the folder as named now: it may have been moved or named relatively
         args.steps = steps or args.steps
         args.model = config["model_used"]
+        derive(args)
     elif args.out and (checkpoints(args.out) or os.path.exists(os.path.join(args.out, "metrics.jsonl"))):
         sys.exit(f"error: {args.out} already holds a run; pass --resume to continue it or choose another --out")
     owner = "RANK" in os.environ and not dist.is_initialized()  # torchrun started us: run() joins the group
@@ -561,9 +575,15 @@ def run(args):
     torch.manual_seed(args.seed)  # the same on every rank: the adapters start equal
     adapters = ["shared"] if args.policy == "sp" else list(ROLES[args.workflow])
     targets = args.lora_targets.split(",") if args.lora_targets else None
-    for name in adapters:
-        lora.add_adapter(model, name, rank=args.lora_rank, alpha=args.lora_alpha,
-                         dropout=args.lora_dropout, targets=targets)
+    try:
+        for name in adapters:
+            lora.add_adapter(model, name, rank=args.lora_rank, alpha=args.lora_alpha,
+                             dropout=args.lora_dropout, targets=targets)
+    except ValueError as e:  # e.g. --lora-targets naming no layer of this model
+        sys.exit(f"error: {e}")
+    if args.policy == "ip" and (args.role_weights or args.loss_agg == "role-balanced") and rank == 0:
+        print("note: under IP each optimizer step holds one role's rows, so --role-weights and "
+              "role-balanced do not change the update (they matter under SP)", flush=True)
     optimizers = {name: torch.optim.AdamW(lora.adapter_parameters(model, name), lr=args.lr,
                                           weight_decay=args.weight_decay) for name in adapters}
     device = next(model.parameters()).device
@@ -581,7 +601,7 @@ def run(args):
     for name in adapters if n_ranks > 1 else []:  # as DDP does: every rank starts from rank 0's weights
         for p in lora.adapter_parameters(model, name):
             dist.broadcast(p.data, 0)
-    config = {k: v for k, v in vars(args).items()}
+    config = {k: v for k, v in vars(args).items() if k not in ("kl_coefs", "role_weight_map")}
     if rank == 0:
         with open(os.path.join(args.out, "config.json"), "w") as f:
             json.dump(config, f, indent=1)

@@ -60,7 +60,7 @@ def strip_time(m):
 def test_resume_equals_uninterrupted_run(tmp_path, monkeypatch):
     monkeypatch.setattr(workflows.rewards, "grade", fake_grade)
     args = ["--workflow", "evalopt", "--policy", "ip", "--lr", "1e-3", "--warmup", "1", "--steps", "4",
-            "--save-every", "2", *SMALL]
+            "--save-every", "2", "--kl", "0.05", *SMALL]
     full, part = str(tmp_path / "full"), str(tmp_path / "part")
     train.main([*args, "--out", full])
     real_step = train.train_step
@@ -74,7 +74,11 @@ def test_resume_equals_uninterrupted_run(tmp_path, monkeypatch):
         train.main([*args, "--out", part])
     monkeypatch.setattr(train, "train_step", real_step)
     assert [x["step"] for x in read_metrics(part)] == [1, 2]
+    moved = str(tmp_path / "moved")  # a run folder can be moved and still resumed where it is now
+    os.rename(part, moved)
+    part = moved
     train.main(["--out", part, "--resume"])
+    assert not os.path.exists(str(tmp_path / "part"))
     a, b = adapters_of(full, 4), adapters_of(part, 4)
     assert a.keys() == b.keys() == {"generator.safetensors", "evaluator.safetensors"}
     for name in a:
@@ -82,6 +86,7 @@ def test_resume_equals_uninterrupted_run(tmp_path, monkeypatch):
             assert torch.equal(a[name][key], b[name][key]), (name, key)
     assert strip_time(read_metrics(full)) == strip_time(read_metrics(part))
     assert all(r["grad_norm"] > 0 for x in read_metrics(full) for r in x["roles"].values())
+    assert all(r["kl"] > 0 for x in read_metrics(part)[1:] for r in x["roles"].values())  # KL survives resume
     # the adapters really moved: step 2 and step 4 differ
     two = adapters_of(full, 2)["generator.safetensors"]
     assert any(not torch.equal(two[k], a["generator.safetensors"][k]) for k in two)
@@ -192,7 +197,11 @@ def test_non_finite_loss_skips_steps_then_stops(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("argv,message", [
     (["--workflow", "chain"], None),
-    (["--group", "0"], "at least 1"),
+    (["--group", "1"], "at least 2"),
+    (["--temperature", "0"], "--temperature must be > 0"),
+    (["--top-p", "0"], "--top-p in (0, 1]"),
+    (["--voters", "0"], "at least 1"),
+    (["--rounds", "0"], "at least 1"),
     (["--kl", "evaluator:0.1"], "role=number"),
 ])
 def test_bad_flags(argv, message, capsys):
