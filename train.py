@@ -498,8 +498,12 @@ def workflow_facts(workflow, episodes):
     return {}
 
 
-def evaluate(model, tok, problems, args, gen):
+def evaluate(model, tok, problems, args):
+    """Held-out accuracy (1 sample per problem) for --eval-every. Its own generator with a fixed
+    seed: every evaluation draws the same random stream, and training's stream is left untouched,
+    so the eval cadence never changes what training samples. eval.py does the full evaluation."""
     role_adapter = {r: ("shared" if args.policy == "sp" else r) for r in ROLES[args.workflow]}
+    gen = torch.Generator(device=next(model.parameters()).device).manual_seed(args.seed + 10_000)
     policy = make_policy(model, tok, role_adapter, max_new_tokens=args.max_new_tokens,
                          temperature=args.temperature, top_p=args.top_p,
                          max_prompt_tokens=args.max_prompt_tokens, generator=gen)
@@ -632,7 +636,7 @@ def run(args):
                     g["lr"] = args.lr * lr_factor(step, args)
             metrics, episodes = train_step(model, tok, batch, args, optimizers, gen, step + 1)
             if rank == 0 and eval_set and (step + 1) % args.eval_every == 0:
-                metrics["eval_accuracy"] = evaluate(model, tok, eval_set, args, gen)
+                metrics["eval_accuracy"] = evaluate(model, tok, eval_set, args)
             if rank == 0:
                 with open(os.path.join(args.out, "metrics.jsonl"), "a") as f:
                     f.write(json.dumps(metrics) + "\n")

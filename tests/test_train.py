@@ -261,3 +261,15 @@ def test_ctrl_c_finishes_the_step_saves_and_resume_continues(tmp_path, monkeypat
     monkeypatch.setattr(train, "train_step", real_step)
     train.main(["--out", out, "--resume"])
     assert [x["step"] for x in read_metrics(out)] == [1, 2, 3, 4]
+
+
+def test_eval_cadence_does_not_change_training(tmp_path, monkeypatch):
+    """Regression: in-training evaluation drew from the training sampler's generator, so turning
+    --eval-every on changed every later rollout."""
+    monkeypatch.setattr(workflows.rewards, "grade", fake_grade)
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    train.main(["--workflow", "single", "--steps", "3", "--out", a, *SMALL])
+    train.main(["--workflow", "single", "--steps", "3", "--out", b, "--eval-every", "1", "--eval-problems", "2", *SMALL])
+    mb = read_metrics(b)
+    assert all("eval_accuracy" in x for x in mb)
+    assert strip_time(read_metrics(a)) == [{k: v for k, v in x.items() if k != "eval_accuracy"} for x in strip_time(mb)]
