@@ -1,42 +1,31 @@
-"""Task data: problems from JSONL/JSON files, or the built-in default generated offline by our own seeded code.
+"""Task data: problems from JSONL/JSON files, or built-in problems generated offline by our own seeded code.
 
 Every problem is a plain dict, the shape rewards.py consumes:
   math {"id", "task": "math", "prompt", "answer"}      answer: the gold final answer ("#### 72" -> "72")
   code {"id", "task": "code", "prompt", "test_code"?, "entry_point"?, "setup_code"?, "io_tests"?, "solution"?}
 test_code: asserts run after the solution (HumanEval's `check` is called on entry_point); setup_code: run before
-the solution; io_tests: [{"input", "output"}] stdin/stdout cases; solution: a reference program when the data has
-one (for tests and benchmarks; never shown to the model). `prompt` is the problem text only: workflows.py owns
-the role instructions (e.g. "put the final answer in \\boxed{}").
+it; io_tests: [{"input", "output"}] stdin/stdout cases; solution: a reference program, never shown to the model.
+`prompt` is the problem text only: workflows.py adds the role instructions (e.g. "put the answer in \\boxed{}").
 
-Row formats, detected per row by their keys: our own problem dicts ("task"); GSM8K (question, answer with
-"#### N"); MATH-style (problem, answer or a solution with \\boxed{}); DAPO-style (prompt, solution; or prompt
-as chat messages with reward_model.ground_truth); MBPP (text, test_list, test_setup_code); HumanEval (prompt,
-test, entry_point); io-test problems (prompt/question/problem + io_tests, inputs/outputs, or APPS-style
-input_output). MBPP's test_setup_code runs after the solution (it uses the solution's classes), so it goes into
-test_code. Left out: downloading data sets, splitting a user's file (pass separate train/test files).
+Row formats, detected per row by their keys: problem dicts ("task"); GSM8K (question, answer "#### N"); MATH
+(problem, answer or a \\boxed{} solution); DAPO (prompt or chat messages; solution or reward_model.ground_truth);
+MBPP (text, test_list; test_setup_code goes into test_code, as it uses the solution's classes); HumanEval (prompt,
+test, entry_point); io-test rows (prompt/question/problem + io_tests, inputs/outputs or APPS-style input_output).
+Left out: downloading data sets, splitting a user's file (pass separate train/test files).
 """
 import hashlib
 import json
 import random
 from pathlib import Path
 
-from rewards import last_boxed
+from rewards import gold_answer, last_boxed
 
 
 def _math_answer(value) -> str:
     if not isinstance(value, (str, int, float)) or isinstance(value, bool):  # null, lists, ...: no gold
         raise ValueError(f"the gold answer must be a string or a number, got {json.dumps(value)}")
-    s = str(value).strip()
-    if "####" in s:
-        return s.rsplit("####", 1)[1].strip().replace(",", "")  # GSM8K writes 1,000
-    return (last_boxed(s) or s).strip() if "\\boxed" in s or "\\fbox" in s else s
-
-
-def _chat_text(prompt) -> str:
-    if isinstance(prompt, list):  # chat messages: the last user turn is the problem
-        users = [m.get("content", "") for m in prompt if isinstance(m, dict) and m.get("role") == "user"]
-        return users[-1] if users else ""
-    return prompt
+    gold = gold_answer(str(value)).strip()
+    return gold.replace(",", "") if "####" in str(value) else gold  # GSM8K writes 1,000
 
 
 def _text(row: dict, key: str) -> str:
@@ -108,7 +97,9 @@ def _parse_row(row: dict) -> tuple[str, dict]:
         return "MATH", {"task": "math", "prompt": _text(row, "problem"), "answer": _math_answer(answer)}
     if "prompt" in keys and ("solution" in keys or "reward_model" in keys):
         gold = row["solution"] if "solution" in keys else (row["reward_model"] or {}).get("ground_truth")
-        prompt = _chat_text(row["prompt"])
+        prompt = row["prompt"]
+        if isinstance(prompt, list):  # chat messages: the last user turn is the problem
+            prompt = ([m.get("content", "") for m in prompt if isinstance(m, dict) and m.get("role") == "user"] or [""])[-1]
         if not isinstance(prompt, str) or not prompt.strip():
             raise ValueError("field 'prompt' must be a non-empty string or chat messages with a user turn")
         return "DAPO", {"task": "math", "prompt": prompt, "answer": _math_answer(gold if gold is not None else "")}

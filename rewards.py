@@ -1,44 +1,31 @@
 """Rewards: math answer checking and sandboxed code execution, the only signal GRPO learns from.
 
-math_reward(completion, answer): 1.0 iff the last \\boxed{...} (or \\fbox, or `\\boxed 5`) of the completion
-equals the gold answer after normalization (spaces, $, \\text{}, units, \\left/\\right, \\dfrac, thousands
-separators, trailing period, degrees, percent), exact numeric comparison (ints, decimals, a/b, \\frac), then
-symbolic comparison (sympy in a helper process with a time limit), element-wise for tuples/intervals/lists.
-code_reward(completion, problem): 1.0 iff the last fenced code block (```python, else any ```) passes every test.
-grade(completions, problems) scores a batch, programs in parallel under a total time budget, and returns
-(reward, status) pairs so the trainer can count how rewards were lost. Everything fails closed (scores 0).
+math_check: the last \\boxed{} (or \\fbox, `\\boxed 5`) vs the gold answer after normalization (LaTeX, units, 1,000,
+percent, ...), exactly as numbers, else by sympy in a timed helper process; element-wise for tuples/intervals/lists.
+Status correct | wrong | no_answer (no or empty box) | error (sympy timeout, too large to evaluate, empty gold).
+code_check: the last fenced block (```python first) must pass every test. Status pass | fail | timeout (wall clock,
+CPU limit or batch budget) | no_code | error (no tests, or the sandbox failed). grade() scores a batch in parallel
+under a total time budget. Everything fails closed (scores 0).
 
-Status values. math: correct | wrong | no_answer (no box, or an empty one) | error (the checker could not decide:
-sympy timed out, or the answer was refused as too large to evaluate, or the gold answer is empty).
-code: pass | fail | timeout (wall clock, CPU limit, or the batch budget ran out) | no_code (no fenced block) |
-error (the problem has no tests, or the sandbox itself failed, e.g. no process could be started).
+Sandbox, per run: `python -S` in its own session, temp dir and scrubbed environment. It forks: the parent keeps the
+caller's identity and only enforces the wall clock; the child dies with it (PR_SET_PDEATHSIG), drops to `nobody`
+when the caller is root, sets rlimits (CPU, memory, file size, NPROC 1, no core, 64 fds), installs an audit hook
+refusing kill, process creation, ctypes, sockets, tracing, frame/gc introspection, reading /proc and writing outside
+its dir, then runs setup, solution and tests (with the builtins restored). A pass needs exit 0 *and* a random nonce
+written to a private pipe after every test ran. stdin/stdout tests are compared by the caller, trailing whitespace
+ignored. The caller kills the whole process group when done.
 
-The sandbox, per program run: a fresh `python -S` in its own session and process group, started in a fresh
-temporary directory with a scrubbed environment. It forks once: the parent (the *intermediate*) keeps the
-caller's identity and only waits and enforces the wall clock, so a program that kills its parent kills only
-that; the child dies with it (PR_SET_PDEATHSIG). The child, when the caller is root, drops to `nobody` (no
-groups) so it cannot signal or read the caller's processes and files; sets rlimits (CPU, address space, file
-size = output cap, NPROC = no new processes or threads, no core dumps, 64 fds); installs an audit hook that
-refuses os.kill, process creation, ctypes, sockets, sys.settrace/setprofile, frame and gc introspection,
-reading /proc, and writing/deleting outside its directory; then runs setup, solution and tests. The tests run
-with the builtins restored to what they were before the solution ran. A pass needs exit status 0 *and* a
-random per-run nonce that the harness writes to a private pipe only after every test ran, so sys.exit(0),
-os._exit(0), SystemExit or killing the parent before the tests cannot pass. stdin/stdout tests are compared
-by the caller, line by line, trailing whitespace ignored. The caller kills the whole group when done.
-
-What the sandbox does NOT protect against (run large-scale untrusted code in a container or VM):
-- Wrong-but-passing answers: an object whose __eq__ always returns True, monkeypatching a library module the
-  tests use (math.isclose = ...), or special-casing the tests, which MBPP shows in the prompt anyway.
-- A program written against this harness: it can still reach the harness's frames (e.g. the frame argument
-  of a signal handler) and forge the nonce; the nonce stops learned shortcuts, not a targeted attack.
-- As a normal (non-root) user the program runs as you: only the audit hook, which a determined program can
-  evade (e.g. os.pidfd_open + signal.pidfd_send_signal are not audited), stands between it and your files,
-  processes and environment. As root the kernel enforces it (uid nobody), but nobody can still read
-  world-readable files and signal other `nobody` processes.
-- Network access is refused only by the audit hook (no network namespace); disk use is bounded per file only.
-- Needs Linux >= 5.3 (pidfd). Without sympy only numeric and string equivalence is used.
+NOT protected against (run large-scale untrusted code in a container or VM):
+- Wrong-but-passing answers: an always-True __eq__, monkeypatching a module the tests use, special-casing tests.
+- A program written against this harness: it can reach the harness's frames and forge the nonce.
+- As non-root the program runs as you, behind only the audit hook, which can be evaded (os.pidfd_open +
+  signal.pidfd_send_signal are not audited); as root, `nobody` can still read world-readable files and signal
+  other `nobody` processes.
+- Network is refused only by the audit hook (no namespace); disk use is bounded per file only.
+Needs Linux >= 5.3 (pidfd); without sympy only numeric and string equivalence is used.
 Tests: python -m pytest -q tests/test_rewards.py; throughput: python bench/rewards.py.
 """
+import contextlib
 import json
 import os
 import pwd
@@ -103,7 +90,7 @@ def last_boxed(text: str) -> str | None:
     return m.group(1) if m else None
 
 
-def _gold(answer: str) -> str:
+def gold_answer(answer: str) -> str:
     """A gold answer may be a plain value, a GSM8K solution ending in `#### N`, or a solution with a box."""
     if "####" in answer:
         return answer.rsplit("####", 1)[1].strip()
@@ -331,7 +318,7 @@ def math_check(completion: str, answer: str) -> tuple[float, str]:
     pred = last_boxed(completion)
     if pred is None or not pred.strip():
         return 0.0, "no_answer"
-    (p, p_pct), (g, g_pct) = _normalize(pred), _normalize(_gold(answer))
+    (p, p_pct), (g, g_pct) = _normalize(pred), _normalize(gold_answer(answer))
     if not g:
         return 0.0, "error"
     p, g = _drop_words(p, g), _drop_words(g, p)
@@ -463,15 +450,9 @@ _SITE = [p for p in dict.fromkeys(sysconfig.get_paths()[k] for k in ("purelib", 
 
 def _rmtree(path: str) -> None:
     def retry(func, p, _):  # a program may have made its files read-only
-        for q in (os.path.dirname(p), p):
-            try:
-                os.chmod(q, 0o700)
-            except OSError:
-                pass
-        try:
-            func(p)
-        except OSError:
-            pass
+        for f, *a in ((os.chmod, os.path.dirname(p), 0o700), (os.chmod, p, 0o700), (func, p)):
+            with contextlib.suppress(OSError):
+                f(*a)
     shutil.rmtree(path, onerror=retry)
 
 
@@ -515,16 +496,13 @@ def run_python(code: str, tests: str = "", *, setup: str = "", entry_point: str 
             exited = bool(poll.poll((timeout + 2.0) * 1000))
         finally:
             os.close(pidfd)
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)  # before reaping the leader, so the group id cannot be reused
-        except ProcessLookupError:
-            pass
+        with contextlib.suppress(ProcessLookupError):  # before reaping the leader, so the group id cannot be reused
+            os.killpg(proc.pid, signal.SIGKILL)
         rc = proc.wait()
         os.set_blocking(rfd, False)
-        try:
+        proof = b""
+        with contextlib.suppress(BlockingIOError):
             proof = os.read(rfd, 64)
-        except BlockingIOError:
-            proof = b""
         files[1].seek(0)
         out = files[1].read(cap).decode("utf-8", "replace")
         files[2].seek(max(0, files[2].seek(0, 2) - 2000))
@@ -534,10 +512,8 @@ def run_python(code: str, tests: str = "", *, setup: str = "", entry_point: str 
     finally:
         if proc is not None and proc.returncode is None:  # failed half-way: leave nothing running
             for kill in (lambda: os.killpg(proc.pid, signal.SIGKILL), proc.kill):
-                try:
+                with contextlib.suppress(OSError):
                     kill()
-                except OSError:
-                    pass
             proc.wait()
         for fd in (rfd, wfd):
             if fd >= 0:
