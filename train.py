@@ -51,6 +51,7 @@ import shutil
 import signal
 import sys
 import time
+from collections import Counter
 from dataclasses import replace
 from datetime import timedelta
 
@@ -299,10 +300,13 @@ def load_checkpoint(out, model, adapters, optimizers, gen, seed=0):
 def draw(problems, consumed, count, seed):
     """Problems consumed..consumed+count of an endless stream of seeded per-epoch permutations, so
     the data position is one integer and resuming needs no RNG state."""
+    orders = {}  # one permutation per epoch touched (7,473 GSM8K problems: not one per problem drawn)
     out = []
     for k in range(consumed, consumed + count):
         epoch, i = divmod(k, len(problems))
-        out.append(problems[np.random.default_rng([seed, epoch]).permutation(len(problems))[i]])
+        if epoch not in orders:
+            orders[epoch] = np.random.default_rng([seed, epoch]).permutation(len(problems))
+        out.append(problems[orders[epoch][i]])
     return out
 
 
@@ -447,7 +451,7 @@ def train_step(model, tok, problems, args, optimizers, gen, step):
                "accuracy": float(np.mean([ep.reward == 1.0 for ep in episodes])),
                "episodes": len(episodes), "rows": len(rows), "singleton_groups": singletons,
                "zero_advantage_rows": sum(a == 0 for a in adv), "optimizer_steps": len(groups),
-               "skipped_steps": skipped, "grade_status": count([ep.status for ep in episodes]),
+               "skipped_steps": skipped, "grade_status": dict(Counter(ep.status for ep in episodes)),
                "lr": next(iter(optimizers.values())).param_groups[0]["lr"], "roles": {}}
     for role, s in stats.items():
         mine = [r for r in rows if r.role == role]
@@ -470,13 +474,6 @@ def train_step(model, tok, problems, args, optimizers, gen, step):
                        "total": t3 - t0, "ranks": world()[1],  # times are rank 0's
                        "rollout_tokens_per_s": sum(len(r.completion_ids) for r in rows) / max(t1 - t0, 1e-9)}
     return metrics, episodes
-
-
-def count(items):
-    out = {}
-    for x in items:
-        out[x] = out.get(x, 0) + 1
-    return out
 
 
 def workflow_facts(workflow, episodes):
