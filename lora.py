@@ -1,32 +1,23 @@
 """LoRA from scratch: several named low-rank adapters in one model, one of them active at a time.
 
-Every nn.Linear inside the transformer blocks (all of them, or those whose attribute name is in
-`targets`) is replaced by a LoRALinear that keeps the original layer as `.base` and adds, for the
-active adapter only,
+Every nn.Linear in the transformer blocks (or those whose attribute name is in `targets`) becomes a LoRALinear
+that keeps the layer as `.base` and adds, for the active adapter only,
 
     y = base(x) + (alpha / r) * B @ A @ dropout(x)        A: (r, in) kaiming-uniform, B: (out, r) zeros
 
-so a fresh adapter (B = 0) reproduces the base model, and with no adapter active the wrapper returns
-base(x) itself, bit for bit. One model holds many adapters (one per role under isolated policies);
-`set_adapter` picks the one used by the next forward, and only its parameters require grad, so one
-AdamW per adapter over `adapter_parameters(model, name)` trains exactly that role.
+so a fresh adapter (B = 0) reproduces the base model, and with none active the output is base(x), bit for bit.
+`set_adapter` picks the adapter of the next forward and makes only its parameters require grad, so one AdamW per
+adapter over `adapter_parameters(model, name)` trains exactly that role. Adapters are fp32 master weights cast to
+the input's dtype in forward (a bf16 model runs bf16 matmuls): cast the model *before* add_adapter, as a later cast
+would cast the adapters too (moving devices later is fine).
 
-Dtypes: adapter parameters are fp32 master weights; the LoRA product is computed in the input's dtype
-(A and B are cast to x.dtype), so a bf16 model runs bf16 matmuls. Cast the model (model.to(dtype))
-*before* add_adapter, since a later cast would cast the adapters too; moving devices later is fine.
+Left out: quantized bases (refused), DoRA / rsLoRA, LoRA on embeddings or lm_head, per-layer ranks, several adapters
+in one forward (our workflows run one role per sampler call). Merging is explicit (`merge_adapter`, for export),
+never on .eval() as in loralib: that would fight a sampler that flips modes and switches adapters, and a bf16
+merge/unmerge round trip does not restore the base weights exactly.
 
-Left out on purpose: quantized base layers (int8/4-bit weights are refused), DoRA / rsLoRA / other
-variants, LoRA on embeddings or lm_head (never wrapped), per-layer ranks, and batching several adapters
-in one forward (our workflows run one role per batched sampler call).
-
-Merging is explicit only (`merge_adapter`, for export). loralib merges on .eval() and unmerges on
-.train(); that would fight a sampler that flips modes and switches adapters between stages, and an
-in-place bf16 merge/unmerge round trip does not restore the base weights exactly.
-
-Usage:
-    add_adapter(model, "generator"); add_adapter(model, "evaluator")
-    with use_adapter(model, "evaluator"): logits = model(ids).logits
-    save_adapter(model, "generator", "run/generator.safetensors", {"step": 10})
+Usage: add_adapter(model, "generator"); with use_adapter(model, "generator"): logits = model(ids).logits
+       save_adapter(model, "generator", "run/generator.safetensors", {"step": 10})
 Tests: python -m pytest -q tests/test_lora.py
 """
 import contextlib
@@ -67,13 +58,12 @@ class LoRALinear(nn.Module):
     out_features = property(lambda self: self.base.out_features)
 
     def add(self, name: str, rank: int, alpha: float, dropout: float, generator=None):
-        w = self.base.weight
-        # kaiming_uniform_(a=sqrt(5)) on (r, in) is U(-1/sqrt(in), 1/sqrt(in)), as nn.Linear's own init
-        # and loralib. Drawn on CPU so a seeded generator gives the same adapter on any device.
-        bound = 1.0 / math.sqrt(self.in_features)
+        # kaiming_uniform_(a=sqrt(5)) on (r, in) is U(-1/sqrt(in), 1/sqrt(in)), as nn.Linear's own init and
+        # loralib. Drawn on CPU so a seeded generator gives the same adapter on any device.
+        bound, device = 1.0 / math.sqrt(self.in_features), self.base.weight.device
         A = torch.empty(rank, self.in_features, dtype=torch.float32).uniform_(-bound, bound, generator=generator)
-        self.lora_A[name] = nn.Parameter(A.to(w.device))
-        self.lora_B[name] = nn.Parameter(torch.zeros(self.out_features, rank, dtype=torch.float32, device=w.device))
+        self.lora_A[name] = nn.Parameter(A.to(device))
+        self.lora_B[name] = nn.Parameter(torch.zeros(self.out_features, rank, dtype=torch.float32, device=device))
         self.lora_dropout[name] = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
         self.adapters[name] = {"rank": rank, "alpha": float(alpha), "dropout": float(dropout)}
 
@@ -103,12 +93,9 @@ class LoRALinear(nn.Module):
 def _find_blocks(model: nn.Module) -> nn.ModuleList:
     """The transformer blocks: a known HF path, else the shallowest ModuleList holding linear layers."""
     for path in _BLOCK_PATHS:
-        try:
-            blocks = model.get_submodule(path)
-        except AttributeError:
-            continue
-        if isinstance(blocks, nn.ModuleList):
-            return blocks
+        with contextlib.suppress(AttributeError):
+            if isinstance(blocks := model.get_submodule(path), nn.ModuleList):
+                return blocks
     lists = [(n, m) for n, m in model.named_modules() if isinstance(m, nn.ModuleList)
              and any(isinstance(s, nn.Linear) for s in m.modules())]
     if not lists:
@@ -136,10 +123,14 @@ def _wrappers(model: nn.Module, name: str | None = None) -> list[tuple[str, LoRA
 
 
 def _check_name(model: nn.Module, name: str) -> list[tuple[str, LoRALinear]]:
-    found = _wrappers(model, name)
-    if not found:
+    if not (found := _wrappers(model, name)):
         raise ValueError(f"unknown adapter {name!r}; known adapters: {adapter_names(model)}")
     return found
+
+
+def _params(model: nn.Module, name: str) -> dict[str, nn.Parameter]:
+    """Adapter `name`'s parameters keyed "<module path>.lora_A" / ".lora_B": A then B per layer, in model order."""
+    return {f"{p}.{ab}": getattr(m, ab)[name] for p, m in _check_name(model, name) for ab in ("lora_A", "lora_B")}
 
 
 # ----------------------------------------------------------------------------- adapters
@@ -149,21 +140,19 @@ def add_adapter(model: nn.Module, name: str, rank: int = 64, alpha: float = 32.0
     """Add adapter `name` to the linear layers of the blocks (all, or those whose attribute name is in
     `targets`); freezes every base parameter. Does not change the active adapter. `generator` (a CPU
     torch.Generator) seeds A. Returns the number of layers that got the adapter."""
-    if not isinstance(name, str) or not name or "." in name or hasattr(nn.ParameterDict(), name) \
-            or hasattr(nn.ModuleDict(), name):   # names become keys of ParameterDict/ModuleDict
-        raise ValueError(f"invalid adapter name {name!r}: needs a non-empty str without '.' that is not a "
+    # names become ParameterDict/ModuleDict keys (ParameterDict's attributes include all of ModuleDict's)
+    if not isinstance(name, str) or not name or "." in name or hasattr(nn.ParameterDict(), name):
+        raise ValueError(f"invalid adapter name {name!r}: need a non-empty str without '.' that is not a "
                          "ParameterDict/ModuleDict attribute")
     if name in adapter_names(model):
         raise ValueError(f"adapter {name!r} already exists")
     if int(rank) != rank or rank < 1 or not 0.0 <= dropout < 1.0:
         raise ValueError(f"need an integer rank >= 1 and 0 <= dropout < 1, got rank={rank}, dropout={dropout}")
-    if isinstance(targets, str):
-        targets = [targets]
+    targets = [targets] if isinstance(targets, str) else targets
     slots = _slots(model)
     available = sorted({attr for _, attr, _ in slots})
     if targets is not None:
-        unknown = sorted(set(targets) - set(available))
-        if unknown or not targets:
+        if (unknown := sorted(set(targets) - set(available))) or not targets:
             raise ValueError(f"unknown LoRA target(s) {unknown or targets}; the linear layers in the blocks are "
                              f"named {available}")
         slots = [s for s in slots if s[1] in targets]
@@ -190,9 +179,7 @@ def adapter_names(model: nn.Module) -> list[str]:
 
 
 def active_adapter(model: nn.Module) -> str | None:
-    for _, m in _wrappers(model):
-        return m.active
-    return None
+    return next((m.active for _, m in _wrappers(model)), None)
 
 
 def set_adapter(model: nn.Module, name: str | None) -> None:
@@ -222,17 +209,13 @@ def use_adapter(model: nn.Module, name: str | None):
 
 def adapter_parameters(model: nn.Module, name: str) -> list[nn.Parameter]:
     """Adapter `name`'s parameters (A then B per layer, in model order): give these to its optimizer."""
-    return [p for _, m in _check_name(model, name) for p in (m.lora_A[name], m.lora_B[name])]
+    return list(_params(model, name).values())
 
 
 def adapter_state_dict(model: nn.Module, name: str) -> dict[str, torch.Tensor]:
     """CPU copies keyed "<module path>.lora_A/.lora_B"; the adapter name is not in the keys, so a file
     saved from "generator" loads into "evaluator" (or into another model with the same architecture)."""
-    sd = {}
-    for path, m in _check_name(model, name):
-        sd[f"{path}.lora_A"] = m.lora_A[name].detach().to("cpu", copy=True)
-        sd[f"{path}.lora_B"] = m.lora_B[name].detach().to("cpu", copy=True)
-    return sd
+    return {k: p.detach().to("cpu", copy=True) for k, p in _params(model, name).items()}
 
 
 def _adapter_config(model: nn.Module, name: str) -> dict:
@@ -243,21 +226,16 @@ def _adapter_config(model: nn.Module, name: str) -> dict:
 
 # ----------------------------------------------------------------------------- files
 
-_RESERVED = ("format", "rank", "alpha", "dropout", "targets")
-
-
 def save_adapter(model: nn.Module, name: str, path: str, metadata: dict | None = None) -> None:
     """Write adapter `name` as safetensors (tmp file + os.replace, so a crash never leaves half a file).
     Metadata: rank, alpha, dropout, targets (JSON) and the user's metadata with values as str."""
     cfg = _adapter_config(model, name)
-    clash = sorted(set(metadata or {}) & set(_RESERVED))
-    if clash:
+    if clash := sorted(set(metadata or {}) & {"format", "rank", "alpha", "dropout", "targets"}):
         raise ValueError(f"metadata keys {clash} are reserved for the adapter config")
     meta = {str(k): str(v) for k, v in (metadata or {}).items()}
     meta.update(format="lora-v1", rank=str(cfg["rank"]), alpha=repr(cfg["alpha"]), dropout=repr(cfg["dropout"]),
                 targets=json.dumps(cfg["targets"]))
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     tmp = f"{path}.{os.getpid()}.tmp"
     try:
         save_file(adapter_state_dict(model, name), tmp, metadata=meta)
@@ -287,9 +265,7 @@ def load_adapter(model: nn.Module, name: str, path: str) -> dict:
         if (cfg["rank"], cfg["alpha"]) != (rank, alpha):
             raise ValueError(f"{path} has rank {rank}, alpha {alpha} but adapter {name!r} has rank {cfg['rank']}, "
                              f"alpha {cfg['alpha']}")
-        params = {}
-        for p, m in _wrappers(model, name):
-            params[f"{p}.lora_A"], params[f"{p}.lora_B"] = m.lora_A[name], m.lora_B[name]
+        params = _params(model, name)
         missing, unexpected = sorted(set(params) - set(tensors)), sorted(set(tensors) - set(params))
         if missing or unexpected:
             raise ValueError(f"{path} does not fit this model: {len(missing)} missing keys {missing[:3]}, "
