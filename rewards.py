@@ -12,8 +12,7 @@ caller's identity and only enforces the wall clock; the child dies with it (PR_S
 when the caller is root, sets rlimits (CPU, memory, file size, NPROC 1, no core, 64 fds), installs an audit hook
 refusing kill, process creation, ctypes, sockets, tracing, frame/gc introspection, reading /proc and writing outside
 its dir, then runs setup, solution and tests (with the builtins restored). A pass needs exit 0 *and* a random nonce
-written to a private pipe after every test ran. stdin/stdout tests are compared by the caller, trailing whitespace
-ignored. The caller kills the whole process group when done.
+written to a private pipe after every test ran. The caller compares stdin/stdout tests and kills the process group.
 
 NOT protected against (run large-scale untrusted code in a container or VM):
 - Wrong-but-passing answers: an always-True __eq__, monkeypatching a module the tests use, special-casing tests.
@@ -530,11 +529,6 @@ def run_python(code: str, tests: str = "", *, setup: str = "", entry_point: str 
     return ExecResult(status, rc, out, err, time.monotonic() - t0)
 
 
-def _same_output(out: str, expected: str) -> bool:
-    lines = lambda s: [ln.rstrip() for ln in s.rstrip().splitlines()]
-    return lines(out) == lines(expected)
-
-
 def code_check(completion: str, problem: dict, deadline: float | None = None) -> tuple[float, str]:
     """(reward, status) of a code completion. Each run gets problem.get("timeout", TIMEOUT_S) seconds, capped by
     `deadline` (a time.monotonic() value)."""
@@ -550,11 +544,12 @@ def code_check(completion: str, problem: dict, deadline: float | None = None) ->
                        timeout=limit())
         if r.status != "pass":
             return 0.0, r.status
+    lines = lambda s: [ln.rstrip() for ln in s.rstrip().splitlines()]  # trailing whitespace is ignored
     for case in io_tests:
         r = run_python(code, stdin=case["input"], timeout=limit())
         if r.status != "pass":
             return 0.0, r.status
-        if not _same_output(r.stdout, case["output"]):
+        if lines(r.stdout) != lines(case["output"]):
             return 0.0, "fail"
     return 1.0, "pass"
 
