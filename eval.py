@@ -13,6 +13,7 @@ is sampled with the same seed, so checkpoints differ by their weights, not by th
 Adapter maps: base {r: None}, SP {r: "shared"}, IP {r: r}; --transfer all puts a single-agent adapter
 on every role, --transfer solvers only on generators and workers (the base model plays the rest).
 eval.jsonl holds one line per (checkpoint, settings); a rerun skips what is there, so it resumes.
+Sampling settings (temperature, lengths, rounds, voters) are the run's own under --run, else the defaults.
 Left out: maj@k and other voting baselines, per-sample text dumps (train.py writes samples.txt), vLLM.
 matplotlib is optional: without it the plots are skipped with a message and the tables still work.
 """
@@ -23,6 +24,7 @@ import os
 import sys
 import textwrap
 import time
+from collections import Counter
 
 import numpy as np
 import torch
@@ -45,20 +47,17 @@ def pass_at_k(n, c, k):
 
 
 def adapter_map(workflow, mode):
-    """role -> adapter name for make_policy. mode: base, sp, ip, or a transfer mode (all / solvers) with the
-    single-agent adapter loaded under the name "transfer"."""
+    """role -> adapter name; mode: base, sp, ip, or all / solvers (the single-agent adapter as "transfer")."""
     return {r: {"base": None, "sp": "shared", "ip": r, "all": "transfer",
                 "solvers": "transfer" if r in SOLVERS else None}[mode] for r in ROLES[workflow]}
 
 
 def load_adapters(model, path, workflow, transfer=None):
-    """Load a checkpoint into `model` -> (role map, mode). `path`: a step folder, or a run directory (its last
-    checkpoint). SP when it holds shared.safetensors, IP when it holds one file per role type of `workflow`;
-    with `transfer` (all / solvers) its single-agent adapter (shared or generator)."""
+    """Load a step folder (or a run directory's last one) into `model` -> (role map, mode): SP if it holds
+    shared.safetensors, else IP (a file per role type); with `transfer`, its shared or generator adapter."""
     if not os.path.isdir(path):
         raise FileNotFoundError(f"no such adapter folder: {path}")
-    if checkpoints(path):
-        path = os.path.join(path, checkpoints(path)[-1])
+    path = os.path.join(path, checkpoints(path)[-1]) if checkpoints(path) else path
     files = {f[:-12]: os.path.join(path, f) for f in sorted(os.listdir(path)) if f.endswith(".safetensors")}
     if transfer:
         names, mode = {"transfer": files.get("shared") or files.get("generator")}, transfer
@@ -67,11 +66,10 @@ def load_adapters(model, path, workflow, transfer=None):
                              f"found {sorted(files)}")
     elif "shared" in files:
         names, mode = {"shared": files["shared"]}, "sp"
+    elif missing := [r for r in ROLES[workflow] if r not in files]:
+        raise ValueError(f"{path} has no adapter for role(s) {missing} of {workflow} (it has {sorted(files)});"
+                         f" --transfer puts a single-agent adapter into another workflow")
     else:
-        missing = [r for r in ROLES[workflow] if r not in files]
-        if missing:
-            raise ValueError(f"{path} has no adapter for role(s) {missing} of {workflow} (it has {sorted(files)});"
-                             f" --transfer puts a single-agent adapter into another workflow")
         names, mode = {r: files[r] for r in ROLES[workflow]}, "ip"
     for name, file in names.items():
         if name in lora.adapter_names(model):  # fresh per checkpoint: another run's rank may differ
@@ -82,40 +80,31 @@ def load_adapters(model, path, workflow, transfer=None):
 
 def evaluate(model, tok, problems, workflow, adapters, task, n=4, temperature=0.7, greedy=False,
              max_new_tokens=512, top_p=1.0, max_prompt_tokens=3072, rounds=None, voters=3, ks=(), seed=0, chunk=32):
-    """`workflow` with role -> adapter map `adapters` on `problems`: pass@1 over n samples per problem at
-    `temperature` with its standard error over problems, pass@k for k in ks, greedy accuracy (one
-    temperature-0 episode per problem) when asked, and diagnostics() of the sampled episodes. `chunk`
-    problems run in lock-step at a time (memory); the sampler's generator is seeded with `seed`."""
-    device = next(model.parameters()).device
+    """pass@1 over n samples per problem ± its standard error over problems, pass@k for k in ks, greedy
+    accuracy (one temperature-0 episode per problem) if asked, and diagnostics() of the sampled episodes.
+    `chunk` problems run in lock-step at a time (memory)."""
+    device, P = next(model.parameters()).device, len(problems)
 
     def rollouts(group, temp):
         gen = torch.Generator(device=device).manual_seed(seed)
         policy = make_policy(model, tok, adapters, max_new_tokens, temp, top_p, 0, max_prompt_tokens, gen)
-        return [ep for i in range(0, len(problems), chunk) for ep in run_workflow(
+        return [ep for i in range(0, P, chunk) for ep in run_workflow(
             workflow, problems[i:i + chunk], group, policy, task, rounds, voters, diagnose=True)]
 
     episodes = rollouts(n, temperature)
-    right = np.array([ep.reward > 0 for ep in episodes]).reshape(len(problems), n).sum(1)  # (P,)
-    status = {}
-    for ep in episodes:  # grading outcomes (no_box, timeout, ...): failures are counted, not hidden
-        status[ep.status] = status.get(ep.status, 0) + 1
-    out = {"problems": len(problems), "n": n, "pass@1": float(np.mean(right / n)),
-           "pass@1_se": float(np.std(right / n, ddof=1) / math.sqrt(len(problems))) if len(problems) > 1 else 0.0,
-           "pass@k": {str(k): float(np.mean([pass_at_k(n, int(c), k) for c in right])) for k in ks},
-           "greedy": None, "status": status, "diagnostics": diagnostics(workflow, episodes, task)}
-    if greedy:
-        out["greedy"] = float(np.mean([ep.reward > 0 for ep in rollouts(1, 0.0)]))
-    return out
+    right = np.array([ep.reward > 0 for ep in episodes]).reshape(P, n).sum(1)  # (P,)
+    return {"problems": P, "n": n, "pass@1": float(np.mean(right / n)),
+            "pass@1_se": float(np.std(right / n, ddof=1) / math.sqrt(P)) if P > 1 else 0.0,
+            "pass@k": {str(k): float(np.mean([pass_at_k(n, int(c), k) for c in right])) for k in ks},
+            "greedy": float(np.mean([ep.reward > 0 for ep in rollouts(1, 0.0)])) if greedy else None,
+            "status": dict(Counter(ep.status for ep in episodes)),  # no_box, timeout, ...: counted, not hidden
+            "diagnostics": diagnostics(workflow, episodes, task)}
 
 
 def diagnostics(workflow, episodes, task="math"):
-    """Counts from graded episodes (Turn.correct as workflows._diagnose sets it). roles: calls, mean
-    completion length, truncation rate, share of judged turns that were right. evalopt: the evaluator's
-    confusion matrix (an unparseable verdict is a rejection, as the workflow acts on it, and is also counted
-    apart); retries after a wrong attempt (fixed: the next is right) and after a right one (broke: the next
-    is wrong). voting: right picks when a right candidate existed. orchworkers: worker agreement (math: the
-    same \\boxed{} text without spaces; code: all pass or all fail, as programs rarely match as text) and
-    the synthesizer's accuracy with and without a right worker."""
+    """Counts from graded episodes (Turn.correct as workflows._diagnose sets it): per role calls, mean length,
+    truncation and right rates, then the workflow's own. An unparseable verdict is a rejection, as the
+    workflow acts on it, and is also counted apart. Code workers agree when all pass or all fail."""
     mean = lambda xs: float(np.mean(xs)) if len(xs) else None
     out = {"episodes": len(episodes), "accuracy": mean([ep.reward > 0 for ep in episodes]), "roles": {}}
     for role in ROLES[workflow]:
@@ -124,6 +113,7 @@ def diagnostics(workflow, episodes, task="math"):
                               "truncation_rate": mean([t.finish == "length" for t in turns]),
                               "correct": mean([t.correct for t in turns if t.correct is not None])}
     answers = [[bool(t.correct) for t in ep.turns if t.role in SOLVERS] for ep in episodes]
+    some = [ep.reward > 0 for ep, att in zip(episodes, answers) if any(att)]  # episodes with a right solver
     if workflow == "evalopt":
         c = dict.fromkeys(["approved_right", "approved_wrong", "rejected_right", "rejected_wrong", "unparseable"], 0)
         for ep in episodes:
@@ -138,32 +128,28 @@ def diagnostics(workflow, episodes, task="math"):
         pairs = [(a, b) for att in answers for a, b in zip(att, att[1:])]  # (an attempt, the retry after it)
         after_wrong, after_right = [b for a, b in pairs if not a], [b for a, b in pairs if a]
         total = sum(c.values()) - c["unparseable"]  # every verdict, as train.py's verdict_accuracy counts them
-        out["evaluator"] = {**c, "verdict_accuracy": (c["approved_right"] + c["rejected_wrong"]) / total
-                            if total else None,
-                            "retried_wrong": len(after_wrong), "retry_fixed": sum(after_wrong),
+        out["evaluator"] = {**c, "verdict_accuracy": (c["approved_right"] + c["rejected_wrong"]) / total if total
+                            else None, "retried_wrong": len(after_wrong), "retry_fixed": sum(after_wrong),
                             "retry_fixed_rate": mean(after_wrong), "retried_right": len(after_right),
                             "retry_broke": len(after_right) - sum(after_right),
                             "first_attempt_accuracy": mean([att[0] for att in answers if att]),
                             "mean_rounds": mean([len(att) for att in answers])}
     elif workflow == "voting":
-        had = [ep.reward > 0 for ep, att in zip(episodes, answers) if any(att)]
-        out["aggregator"] = {"had_right_candidate": len(had), "picked_right": sum(had), "pick_accuracy": mean(had),
+        out["aggregator"] = {"had_right_candidate": len(some), "picked_right": sum(some), "pick_accuracy": mean(some),
                              "candidate_accuracy": mean([a for att in answers for a in att])}
     elif workflow == "orchworkers":
         agree = []
-        for ep in episodes:
+        for ep in episodes:  # math: the same \boxed{} text without spaces; code: programs rarely match as text
             keys = [(last_boxed(t.text) or "").replace(" ", "") or None if task == "math" else bool(t.correct)
                     for t in ep.turns if t.role == "worker"]
             if len(keys) >= 2:
                 agree.append(None not in keys and len(set(keys)) == 1)
-        some = [ep.reward > 0 for ep, att in zip(episodes, answers) if any(att)]
         none = [ep.reward > 0 for ep, att in zip(episodes, answers) if att and not any(att)]
         out["workers"] = {"multi_worker_episodes": len(agree), "agree": sum(agree), "agreement": mean(agree),
                           "mean_workers": mean([len(att) for att in answers]),
                           "any_right": mean([any(att) for att in answers])}
         synthesized = [ep.reward > 0 for ep in episodes if any(t.role == "synthesizer" for t in ep.turns)]
-        out["synthesizer"] = {"accuracy": mean(synthesized),
-                              "had_right_worker": len(some), "kept_right": sum(some),
+        out["synthesizer"] = {"accuracy": mean(synthesized), "had_right_worker": len(some), "kept_right": sum(some),
                               "no_right_worker": len(none), "fixed": sum(none)}
     return out
 
@@ -190,7 +176,7 @@ def headline(workflow, d):
     return ""
 
 
-def format_result(workflow, r):
+def format_result(r):
     """One evaluation as lines: accuracies, a per-role table, the workflow diagnostics."""
     d = r["diagnostics"]
     lines = [f"pass@1 {r['pass@1']:.3f} ± {r['pass@1_se']:.3f} ({r['problems']} problems x {r['n']} samples)  greedy "
@@ -213,7 +199,6 @@ def summary(records):
 
 
 def run_table(run, records):
-    """Per-checkpoint rows, then base, peak (with its step) and final accuracy."""
     r0, s = records[0], records[0]["settings"]
     lines = [f"{run}: {r0['workflow']} / {r0['policy']} / {r0['task']} on {r0['model']}, {r0['problems']} problems "
              f"x {r0['n']} samples, T={s['temperature']}, seed {s['seed']}",
@@ -250,7 +235,7 @@ def compare_table(runs):
 
 def plot_run(run, records):
     """training.png (reward; per-role entropy, weight share, grad norm from metrics.jsonl) and eval.png
-    (pass@1 per checkpoint) in the run directory. Returns the paths; [] with a message without matplotlib."""
+    (pass@1 per checkpoint) in the run directory -> their paths."""
     try:
         import matplotlib
         matplotlib.use("Agg")  # files only, no display needed
@@ -258,15 +243,9 @@ def plot_run(run, records):
     except ImportError as e:
         print(f"plots skipped: matplotlib is not available ({e}); pip install matplotlib to get them")
         return []
-    paths, metrics = [], read_jsonl(os.path.join(run, "metrics.jsonl"))
-
-    def save(fig, name):
-        fig.tight_layout()
-        paths.append(os.path.join(run, name))
-        fig.savefig(paths[-1], dpi=100)
-        plt.close(fig)
+    figs, metrics = {}, read_jsonl(os.path.join(run, "metrics.jsonl"))
     if metrics:
-        fig, axes = plt.subplots(2, 2, figsize=(11, 7))
+        figs["training.png"], axes = plt.subplots(2, 2, figsize=(11, 7))
         axes[0, 0].plot([m["step"] for m in metrics], [m["reward_mean"] for m in metrics], label="train reward")
         held = [(m["step"], m["eval_accuracy"]) for m in metrics if "eval_accuracy" in m]  # train.py --eval-every
         if held:
@@ -276,9 +255,8 @@ def plot_run(run, records):
                 ax.plot(*zip(*[(m["step"], m["roles"][role][key]) for m in metrics if role in m["roles"]]), label=role)
             ax.set(title=key.replace("_", " ") + (" per role" if key != "reward" else ""), xlabel="step")
             ax.legend(fontsize=8)
-        save(fig, "training.png")
     if records:
-        fig, ax = plt.subplots(figsize=(6, 4))
+        figs["eval.png"], ax = plt.subplots(figsize=(6, 4))
         ax.errorbar([r["step"] for r in records], [r["pass@1"] for r in records],
                     yerr=[r["pass@1_se"] for r in records], marker="o", capsize=3, label="pass@1 ± se")
         greedy = [(r["step"], r["greedy"]) for r in records if r["greedy"] is not None]
@@ -286,7 +264,11 @@ def plot_run(run, records):
             ax.plot(*zip(*greedy), "s--", label="greedy")
         ax.set(xlabel="step", ylabel="accuracy", title=f"{records[0]['workflow']} / {records[0]['policy']}")
         ax.legend()
-        save(fig, "eval.png")
+    paths = [os.path.join(run, name) for name in figs]
+    for fig, path in zip(figs.values(), paths):
+        fig.tight_layout()
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
     print("plots: " + (", ".join(paths) or "nothing to plot"))
     return paths
 
@@ -314,27 +296,18 @@ def parse_args(argv=None):
                    help="a single-agent adapter on every role, or on generators/workers only")
     p.add_argument("--data", default=None, help="held-out JSONL/JSON (default: a run's eval_data, else built-in)")
     p.add_argument("--problems", type=int, default=None, help="first N problems (a whole file; built-in: 200, tiny 8)")
-    p.add_argument("--out", default=None, help="one configuration: also append the result to this JSONL file")
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda if available)")
-    # sampling (--run: the run's own settings unless given)
+    # sampling (temperature, lengths, rounds, voters: a run's own, else train.py's defaults)
     p.add_argument("--n", type=int, default=4, help="samples per problem for pass@1")
     p.add_argument("--pass-k", default="", help="comma list of k for pass@k, each <= --n, e.g. 2,4")
     p.add_argument("--greedy", action="store_true", help="also one greedy (temperature 0) episode per problem")
-    p.add_argument("--temperature", type=float, default=None, help="sampling temperature (default 0.7, the reference)")
-    p.add_argument("--top-p", type=float, default=None, help="nucleus mass (default 1.0)")
-    p.add_argument("--max-new-tokens", type=int, default=None, help="tokens per role call (default 512; tiny 24)")
-    p.add_argument("--max-prompt-tokens", type=int, default=None, help="longer role prompts end an episode (3072)")
-    p.add_argument("--rounds", type=int, default=None, help="Eval-Opt rounds (default: 3 math, 2 code)")
-    p.add_argument("--voters", type=int, default=None, help="Voting generators (default 3)")
-    p.add_argument("--seed", type=int, default=0, help="sampling seed, the same for every checkpoint")
-    p.add_argument("--chunk", type=int, default=32, help="problems per lock-step batch (bounds memory)")
     p.add_argument("--no-plots", action="store_true", help="--run: do not write PNGs")
     args = p.parse_args(argv)
     try:
         args.ks = [int(k) for k in args.pass_k.split(",") if k.strip()]
     except ValueError:
         p.error(f"--pass-k expects integers separated by commas, got {args.pass_k!r}")
-    for name in ("n", "every", "chunk", "problems"):
+    for name in ("n", "every", "problems"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             p.error(f"--{name} must be at least 1")
     if any(not 1 <= k <= args.n for k in args.ks):
@@ -346,30 +319,22 @@ def parse_args(argv=None):
     return args
 
 
-def settings_of(args, config, model, tiny):
-    """Everything that changes the numbers (a run's own values unless a flag overrides them): a record
-    in eval.jsonl is reused only when all of these match."""
-    c = lambda key, default: getattr(args, key) if getattr(args, key) is not None else config.get(key, default)
-    data = args.data or config.get("eval_data")
-    return {"model": model, "workflow": args.workflow or config.get("workflow", "single"), "transfer": args.transfer,
-            "data": data or f"builtin-test-seed{config.get('seed', 0)}",
-            "problems": args.problems or (None if data else 8 if tiny else 200), "n": args.n, "ks": args.ks,
-            "greedy": args.greedy, "seed": args.seed, "chunk": args.chunk,  # another chunk = another random stream
-            "temperature": c("temperature", 0.7), "top_p": c("top_p", 1.0),
-            "max_new_tokens": c("max_new_tokens", 24 if tiny else 512),
-            "max_prompt_tokens": c("max_prompt_tokens", 3072), "rounds": c("rounds", None), "voters": c("voters", 3)}
-
-
-def get_problems(s, task):
-    """The held-out problems of settings `s`; sets s["problems"] to their number."""
-    if s["data"].startswith("builtin-test-seed"):
-        problems = builtin_problems(task, "test", n=s["problems"], seed=int(s["data"][len("builtin-test-seed"):]))
-    else:
-        problems = load_problems(s["data"], task)[:s["problems"]]
+def settings_and_problems(args, config, model, task):
+    """Everything that changes the numbers (a record in eval.jsonl is reused only when all match), and the
+    held-out problems. seed and chunk are fixed: another chunk size would be another random stream."""
+    tiny, data = model == TINY, args.data or config.get("eval_data")
+    s = {"model": model, "workflow": args.workflow or config.get("workflow", "single"), "transfer": args.transfer,
+         "data": data or f"builtin-test-seed{config.get('seed', 0)}",
+         "problems": args.problems or (None if data else 8 if tiny else 200), "n": args.n, "ks": args.ks,
+         "greedy": args.greedy, "seed": 0, "chunk": 32, **{k: config.get(k, default) for k, default in (
+             ("temperature", 0.7), ("top_p", 1.0), ("max_new_tokens", 24 if tiny else 512),
+             ("max_prompt_tokens", 3072), ("rounds", None), ("voters", 3))}}
+    problems = builtin_problems(task, "test", n=s["problems"], seed=config.get("seed", 0)) if not data \
+        else load_problems(data, task)[:s["problems"]]
     if not problems:
         raise ValueError(f"{s['data']}: no problems to evaluate")
     s["problems"] = len(problems)
-    return problems
+    return s, problems
 
 
 def main_run(args):
@@ -389,8 +354,7 @@ def main_run(args):
     if args.task not in (None, config["task"]):
         raise ValueError(f"{run} trained on {config['task']}, not {args.task}")
     task, name = config["task"], args.model or config["model_used"]
-    s = settings_of(args, config, name, name == TINY)
-    problems = get_problems(s, task)  # before the model: a wrong data file fails in a second
+    s, problems = settings_and_problems(args, config, name, task)  # before the model: bad data fails at once
     done = {r["step"] for r in read_jsonl(path) if r["settings"] == s}
     if any(step not in done for step, _ in steps):
         model, tok, _ = load_default_model(name, args.device)
@@ -402,17 +366,16 @@ def main_run(args):
         adapters, mode = (adapter_map(s["workflow"], "base"), "base") if folder is None else \
             load_adapters(model, os.path.join(run, folder), s["workflow"], args.transfer)
         r = evaluate(model, tok, problems, s["workflow"], adapters, task, **{k: s[k] for k in EVAL_KEYS})
-        record = {"step": step, "checkpoint": folder or "base", "workflow": s["workflow"],
-                  "policy": config["policy"].upper() + (f"->{args.transfer}" if args.transfer else ""),
-                  "task": task, "model": name, "settings": s, **r}
         with open(path, "a") as f:
-            f.write(json.dumps(record) + "\n")
+            f.write(json.dumps({"step": step, "checkpoint": folder or "base", "workflow": s["workflow"],
+                                "policy": config["policy"].upper() + (f"->{args.transfer}" if args.transfer else ""),
+                                "task": task, "model": name, "settings": s, **r}) + "\n")
         print(f"step {step} ({mode}): pass@1 {r['pass@1']:.3f} ± {r['pass@1_se']:.3f} "
               f"({time.perf_counter() - t0:.1f} s)", flush=True)
     records = sorted((r for r in read_jsonl(path) if r["settings"] == s), key=lambda r: r["step"])
     print(run_table(run, records))
     print(f"final checkpoint (step {records[-1]['step']}):")
-    print("\n".join(format_result(s["workflow"], records[-1])[1:]))
+    print("\n".join(format_result(records[-1])[1:]))
     if not args.no_plots:
         plot_run(run, records)
     return records
@@ -426,17 +389,12 @@ def main_single(args):
     if args.data:
         load_problems(args.data, task)
     model, tok, used = load_default_model(args.model, args.device)
-    s = settings_of(args, {"workflow": workflow}, used, used == TINY)
-    problems = get_problems(s, task)
+    s, problems = settings_and_problems(args, {"workflow": workflow}, used, task)
     adapters, mode = (adapter_map(workflow, "base"), "base") if not args.adapters else \
         load_adapters(model, args.adapters, workflow, args.transfer)
     r = evaluate(model, tok, problems, workflow, adapters, task, **{k: s[k] for k in EVAL_KEYS})
     print(f"{workflow} / {mode}{' ' + args.adapters if args.adapters else ''} / {task} on {used}")
-    print("\n".join(format_result(workflow, r)))
-    if args.out:
-        with open(args.out, "a") as f:
-            f.write(json.dumps({"workflow": workflow, "policy": mode, "adapters": args.adapters, "task": task,
-                                "model": used, "settings": s, **r}) + "\n")
+    print("\n".join(format_result(r)))
     return r
 
 
@@ -444,9 +402,8 @@ def main(argv=None):
     args = parse_args(argv)
     try:  # bad input gets one clear line, not a traceback
         if args.compare:
-            for run in args.compare:
-                if not os.path.isdir(run):
-                    raise FileNotFoundError(f"no such run directory: {run}")
+            if missing := [run for run in args.compare if not os.path.isdir(run)]:
+                raise FileNotFoundError(f"no such run directory: {missing[0]}")
             print(compare_table(args.compare))
         elif args.run:
             return main_run(args)
