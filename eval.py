@@ -301,6 +301,8 @@ def parse_args(argv=None):
     p.add_argument("--n", type=int, default=4, help="samples per problem for pass@1")
     p.add_argument("--pass-k", default="", help="comma list of k for pass@k, each <= --n, e.g. 2,4")
     p.add_argument("--greedy", action="store_true", help="also one greedy (temperature 0) episode per problem")
+    p.add_argument("--temperature", type=float, default=None, help="sampling temperature (default: the run's, else 0.7)")
+    p.add_argument("--max-new-tokens", type=int, default=None, help="tokens per role call (default: the run's, else 512)")
     p.add_argument("--no-plots", action="store_true", help="--run: do not write PNGs")
     args = p.parse_args(argv)
     try:
@@ -326,7 +328,8 @@ def settings_and_problems(args, config, model, task):
     s = {"model": model, "workflow": args.workflow or config.get("workflow", "single"), "transfer": args.transfer,
          "data": data or f"builtin-test-seed{config.get('seed', 0)}",
          "problems": args.problems or (None if data else 8 if tiny else 200), "n": args.n, "ks": args.ks,
-         "greedy": args.greedy, "seed": 0, "chunk": 32, **{k: config.get(k, default) for k, default in (
+         "greedy": args.greedy, "seed": 0, "chunk": 32, **{k: config.get(k, default) if getattr(args, k, None) is None
+                                                      else getattr(args, k) for k, default in (
              ("temperature", 0.7), ("top_p", 1.0), ("max_new_tokens", 24 if tiny else 512),
              ("max_prompt_tokens", 3072), ("rounds", None), ("voters", 3))}}
     problems = builtin_problems(task, "test", n=s["problems"], seed=config.get("seed", 0)) if not data \
