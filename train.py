@@ -47,6 +47,7 @@ import argparse
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import sys
@@ -283,13 +284,19 @@ def load_checkpoint(out, model, adapters, optimizers, gen, seed=0):
         gen.manual_seed(rank_seed(seed, rank, state["step"]))
     if rank != 0:
         return state["step"], state["consumed"]
-    # metrics logged after the checkpoint (an interrupted step) are dropped: they will be redone
+    # metrics and samples logged after the checkpoint (steps it did not save) are dropped: redone
     path = os.path.join(out, "metrics.jsonl")
     if os.path.exists(path):
         with open(path) as f:
             keep = [line for line in f if line.strip() and json.loads(line)["step"] <= state["step"]]
         with open(path, "w") as f:
             f.writelines(keep)
+    path = os.path.join(out, "samples.txt")
+    if os.path.exists(path):
+        with open(path) as f:
+            blocks = re.split(r"(?m)^(?==== step \d+ )", f.read())
+        with open(path, "w") as f:
+            f.writelines(b for b in blocks if b and int(b.split()[2]) <= state["step"])
     streams = "RNG states" if n == len(saved) else f"RNG states (saved on {len(saved)} rank(s), now " \
         f"{n}" + (f": ranks {len(saved)}+ start fresh streams)" if n > len(saved) else ")")
     print(f"resumed from {folder}: step {state['step']}, adapters {list(adapters)}, optimizer "
@@ -637,7 +644,7 @@ def run(args):
             if rank == 0:
                 with open(os.path.join(args.out, "metrics.jsonl"), "a") as f:
                     f.write(json.dumps(metrics) + "\n")
-            if rank == 0 and (args.sample_every and (step + 1) % args.sample_every == 0 or step == start):
+            if rank == 0 and (args.sample_every and (step + 1) % args.sample_every == 0 or step == 0):
                 write_sample(args.out, step + 1, episodes[0])
             bar.set_postfix(reward=f"{metrics['reward_mean']:.3f}", skipped=metrics["skipped_steps"])
             bad_in_a_row = bad_in_a_row + 1 if metrics["skipped_steps"] else 0

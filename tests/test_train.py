@@ -60,20 +60,21 @@ def strip_time(m):
 def test_resume_equals_uninterrupted_run(tmp_path, monkeypatch):
     monkeypatch.setattr(workflows.rewards, "grade", fake_grade)
     args = ["--workflow", "evalopt", "--policy", "ip", "--lr", "1e-3", "--warmup", "1", "--steps", "4",
-            "--save-every", "2", "--kl", "0.05", *SMALL]
+            "--save-every", "2", "--kl", "0.05", "--sample-every", "1", *SMALL]
     full, part = str(tmp_path / "full"), str(tmp_path / "part")
     train.main([*args, "--out", full])
     real_step = train.train_step
 
-    def crash_in_step_3(*a):
-        if a[-1] == 3:  # the step number: an abort in the middle of step 3
+    def crash_in_step_4(*a):
+        if a[-1] == 4:  # the step number: an abort in the middle of step 4
             raise KeyboardInterrupt
         return real_step(*a)
-    monkeypatch.setattr(train, "train_step", crash_in_step_3)
+    monkeypatch.setattr(train, "train_step", crash_in_step_4)
     with pytest.raises(KeyboardInterrupt):
         train.main([*args, "--out", part])
     monkeypatch.setattr(train, "train_step", real_step)
-    assert [x["step"] for x in read_metrics(part)] == [1, 2]
+    # step 3 was logged but never checkpointed (every 2 steps): resume drops and redoes it
+    assert [x["step"] for x in read_metrics(part)] == [1, 2, 3]
     moved = str(tmp_path / "moved")  # a run folder can be moved and still resumed where it is now
     os.rename(part, moved)
     part = moved
@@ -85,6 +86,7 @@ def test_resume_equals_uninterrupted_run(tmp_path, monkeypatch):
         for key in a[name]:
             assert torch.equal(a[name][key], b[name][key]), (name, key)
     assert strip_time(read_metrics(full)) == strip_time(read_metrics(part))
+    assert open(os.path.join(full, "samples.txt")).read() == open(os.path.join(part, "samples.txt")).read()
     assert all(r["grad_norm"] > 0 for x in read_metrics(full) for r in x["roles"].values())
     assert all(r["kl"] > 0 for x in read_metrics(part)[1:] for r in x["roles"].values())  # KL survives resume
     # the adapters really moved: step 2 and step 4 differ
