@@ -335,6 +335,17 @@ def update_groups(rows, slots, args):
     return [(role, [i for i in live if rows[i].role == role and k in (-1, slots[i])]) for role, k in steps]
 
 
+def adapter_of_role(args):
+    """Which adapter each role samples and trains with: "shared" under SP, its own under IP."""
+    return {r: ("shared" if args.policy == "sp" else r) for r in ROLES[args.workflow]}
+
+
+def policy_for(model, tok, args, gen):
+    return make_policy(model, tok, adapter_of_role(args), max_new_tokens=args.max_new_tokens,
+                       temperature=args.temperature, top_p=args.top_p,
+                       max_prompt_tokens=args.max_prompt_tokens, generator=gen)
+
+
 def optimizer_step(model, adapter, rows, adv, old_lp, ref_lp, opt, args, stats):
     """One AdamW step of `adapter` on `rows` (Turns) with their advantages, old and reference
     log-probs (parallel lists). Micro-batches are built per role so that each role's gradient
@@ -397,11 +408,9 @@ def optimizer_step(model, adapter, rows, adv, old_lp, ref_lp, opt, args, stats):
 def train_step(model, tok, problems, args, optimizers, gen, step):
     """Rollouts -> rewards -> advantages -> old log-probs -> updates. Returns (metrics, episodes)."""
     t0 = time.perf_counter()
-    role_adapter = {r: ("shared" if args.policy == "sp" else r) for r in ROLES[args.workflow]}
-    episodes = run_workflow(args.workflow, problems, args.group, make_policy(
-        model, tok, role_adapter, max_new_tokens=args.max_new_tokens, temperature=args.temperature,
-        top_p=args.top_p, max_prompt_tokens=args.max_prompt_tokens, generator=gen),
-        task=args.task, rounds=args.rounds, n_voters=args.voters)
+    role_adapter = adapter_of_role(args)
+    episodes = run_workflow(args.workflow, problems, args.group, policy_for(model, tok, args, gen),
+                            task=args.task, rounds=args.rounds, n_voters=args.voters)
     t1 = time.perf_counter()
 
     rows, keys, slots = [], [], []
@@ -437,8 +446,8 @@ def train_step(model, tok, problems, args, optimizers, gen, step):
                         kl_sum=0.0, train_tokens=0, optimizer_steps=0) for role in ROLES[args.workflow]}
     groups = update_groups(rows, slots, args)
     skipped = 0
-    for adapter, idx in groups:
-        adapter = "shared" if args.policy == "sp" else adapter
+    for role, idx in groups:
+        adapter = role_adapter.get(role, role)  # SP's one group is already named "shared"
         pick = lambda xs: [xs[i] for i in idx]
         skipped += not optimizer_step(model, adapter, pick(rows), pick(adv), pick(old_lp), pick(ref_lp),
                                       optimizers[adapter], args, stats)
@@ -506,13 +515,9 @@ def evaluate(model, tok, problems, args):
     """Held-out accuracy (1 sample per problem) for --eval-every. Its own generator with a fixed
     seed: every evaluation draws the same random stream, and training's stream is left untouched,
     so the eval cadence never changes what training samples. eval.py does the full evaluation."""
-    role_adapter = {r: ("shared" if args.policy == "sp" else r) for r in ROLES[args.workflow]}
     gen = torch.Generator(device=next(model.parameters()).device).manual_seed(args.seed + 10_000)
-    policy = make_policy(model, tok, role_adapter, max_new_tokens=args.max_new_tokens,
-                         temperature=args.temperature, top_p=args.top_p,
-                         max_prompt_tokens=args.max_prompt_tokens, generator=gen)
-    episodes = run_workflow(args.workflow, problems, 1, policy, task=args.task, rounds=args.rounds,
-                            n_voters=args.voters)
+    episodes = run_workflow(args.workflow, problems, 1, policy_for(model, tok, args, gen), task=args.task,
+                            rounds=args.rounds, n_voters=args.voters)
     return float(np.mean([ep.reward for ep in episodes]))
 
 

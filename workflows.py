@@ -278,19 +278,28 @@ def _evalopt(eps, probs, tasks, policy, rounds=None, **_):
         ep.facts.update(rounds=len(attempts[i]), retried=len(attempts[i]) > 1)
 
 
+def _answers(policy, role, eps, jobs):
+    """One stage of parallel solvers: the texts each episode got, in order (too-long prompts skipped)."""
+    texts = [[] for _ in eps]
+    for i, t in _stage(policy, role, eps, jobs):
+        if t is not None:
+            texts[i].append(t.text)
+    return texts
+
+
+def _compare_jobs(role, probs, tasks, texts):
+    """The aggregator's / synthesizer's jobs: the problem and an episode's numbered solutions."""
+    return [(i, role, PROMPTS[tasks[i]][role].format(problem=probs[i]["prompt"], solutions=_numbered(texts[i]),
+                                                     n=len(texts[i]))) for i in range(len(texts)) if texts[i]]
+
+
 def _voting(eps, probs, tasks, policy, n_voters=3, **_):
     jobs = [(i, f"generator{k}", PROMPTS[tasks[i]]["generator"].format(problem=p["prompt"]))
             for i, p in enumerate(probs) for k in range(n_voters)]
-    candidates = [[] for _ in eps]
-    for i, t in _stage(policy, "generator", eps, jobs):
-        if t is not None:
-            candidates[i].append(t.text)
-    jobs = [(i, "aggregator", PROMPTS[tasks[i]]["aggregator"].format(
-        problem=probs[i]["prompt"], solutions=_numbered(candidates[i]), n=len(candidates[i])))
-        for i in range(len(eps)) if candidates[i]]
+    candidates = _answers(policy, "generator", eps, jobs)
     for i, ep in enumerate(eps):
         ep.facts["n_candidates"] = len(candidates[i])
-    for i, t in _stage(policy, "aggregator", eps, jobs):
+    for i, t in _stage(policy, "aggregator", eps, _compare_jobs("aggregator", probs, tasks, candidates)):
         if t is not None:
             choice, how = parse_choice(t.text, len(candidates[i]))
             eps[i].final = candidates[i][choice - 1]
@@ -309,16 +318,10 @@ def _orchworkers(eps, probs, tasks, policy, max_strategies=3, **_):
             eps[i].facts.update(n_strategies=len(strategies[i]), strategy_parse=how)
     jobs = [(i, "worker", PROMPTS[tasks[i]]["worker"].format(problem=probs[i]["prompt"], strategy=s))
             for i in range(len(eps)) for s in strategies[i]]
-    solutions = [[] for _ in eps]
-    for i, t in _stage(policy, "worker", eps, jobs):
-        if t is not None:
-            solutions[i].append(t.text)
-    jobs = [(i, "synthesizer", PROMPTS[tasks[i]]["synthesizer"].format(
-        problem=probs[i]["prompt"], solutions=_numbered(solutions[i]), n=len(solutions[i])))
-        for i in range(len(eps)) if solutions[i]]
+    solutions = _answers(policy, "worker", eps, jobs)
     for i, ep in enumerate(eps):
         ep.facts["n_workers"] = len(solutions[i])
-    for i, t in _stage(policy, "synthesizer", eps, jobs):
+    for i, t in _stage(policy, "synthesizer", eps, _compare_jobs("synthesizer", probs, tasks, solutions)):
         if t is not None:
             eps[i].final = t.text
 
