@@ -207,6 +207,28 @@ def use_adapter(model: nn.Module, name: str | None):
         set_adapter(model, previous)
 
 
+@contextlib.contextmanager
+def merged(model: nn.Module):
+    """`with merged(model): sample(...)`: the active adapter folded into the base weights for the
+    duration (W + (alpha/r) B A, in fp32, stored in W's dtype), so sampling runs one matmul per layer
+    instead of the adapter's extra matmuls, casts and adds. The original weights come back untouched
+    (kept, not subtracted). Outputs differ from the unmerged forward by rounding only; the trainer
+    recomputes log-probs with the unmerged forward anyway. Costs one weight copy of the adapted layers."""
+    saved = []
+    try:
+        with torch.no_grad():
+            for _, m in _wrappers(model):
+                if (name := m.active) in m.adapters:
+                    W = m.base.weight
+                    saved.append((m, W.data, name))
+                    W.data = (W.float() + m.lora_B[name].float() @ m.lora_A[name].float() * m.scaling(name)).to(W.dtype)
+                    m.active = None
+        yield model
+    finally:
+        for m, data, name in saved:
+            m.base.weight.data, m.active = data, name
+
+
 def adapter_parameters(model: nn.Module, name: str) -> list[nn.Parameter]:
     """Adapter `name`'s parameters (A then B per layer, in model order): give these to its optimizer."""
     return list(_params(model, name).values())

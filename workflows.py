@@ -191,9 +191,10 @@ def make_policy(model, tokenizer, adapters, max_new_tokens=512, temperature=0.7,
             raise ValueError(f"role {role!r} uses adapter {name!r} but the model has no adapters")
         prompts = [chat_ids(tokenizer, t) for t in texts]
         keep = [i for i, p in enumerate(prompts) if len(p) <= max_prompt_tokens]
-        done = sample(model, [prompts[i] for i in keep], n=1, max_new_tokens=max_new_tokens,
-                      temperature=temperature, top_p=top_p, top_k=top_k, stop_ids=stops,
-                      pad_id=tokenizer.pad_token_id, generator=generator)
+        with lora.merged(model):  # the adapter folded in: sampling costs what the base model does
+            done = sample(model, [prompts[i] for i in keep], n=1, max_new_tokens=max_new_tokens,
+                          temperature=temperature, top_p=top_p, top_k=top_k, stop_ids=stops,
+                          pad_id=tokenizer.pad_token_id, generator=generator)
         out = [None] * len(texts)
         for i, c in zip(keep, done):
             out[i] = Call(prompts[i], c.tokens, c.logprobs, c.finish,

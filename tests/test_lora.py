@@ -239,3 +239,28 @@ def test_seeded_init_and_delete():
     set_adapter(m1, "a")
     delete_adapter(m1, "a")
     assert adapter_names(m1) == [] and active_adapter(m1) is None
+
+
+def test_merged_context_matches_unmerged_and_restores():
+    """Inside `merged`, the forward equals the adapter's unmerged forward up to rounding; afterwards
+    the base weights are the very same tensors and the adapter is active again."""
+    import lora
+    model = tiny_model()
+    add_adapter(model, "a", rank=4, alpha=8, generator=torch.Generator().manual_seed(0))
+    set_adapter(model, "a")
+    with torch.no_grad():
+        for p in adapter_parameters(model, "a"):
+            p.normal_(0, 0.05)  # B is zero at init: give the adapter a real effect
+    x = torch.tensor([[5, 17, 42, 99, 3]])
+    before = [(p.data_ptr(), p.detach().clone()) for p in model.parameters()]
+    ref = model(input_ids=x).logits
+    with lora.use_adapter(model, None):
+        base = model(input_ids=x).logits
+    with lora.merged(model):
+        assert lora.active_adapter(model) is None
+        inside = model(input_ids=x).logits
+    torch.testing.assert_close(inside, ref, atol=1e-4, rtol=1e-4)
+    assert (inside - base).abs().max() > 1e-2  # the adapter did change the output
+    assert lora.active_adapter(model) == "a"
+    assert all(ptr == p.data_ptr() and torch.equal(v, p) for (ptr, v), p in zip(before, model.parameters()))
+    torch.testing.assert_close(model(input_ids=x).logits, ref, atol=0, rtol=0)
