@@ -75,6 +75,7 @@ def main():
     p.add_argument("--temperature", type=float, default=0.7, help="sampling temperature")
     p.add_argument("--repeats", type=int, default=2, help="timed calls per contender after warm-up")
     p.add_argument("--arch", choices=list(ARCHS), default=None, help="random-weight Qwen3 of this shape")
+    p.add_argument("--compile", action="store_true", help="also time ours with sample(compile=True)")
     p.add_argument("--skip", nargs="*", default=[], choices=["dynamic", "static", "ours"], help="contenders to leave out")
     args = p.parse_args()
 
@@ -93,9 +94,9 @@ def main():
     rows = args.prompts * args.n
     gen = torch.Generator(device=device).manual_seed(0)
 
-    def ours():
+    def ours(compile=False):
         out = sample(model, prompts, n=args.n, max_new_tokens=N, temperature=args.temperature,
-                     stop_ids=stops, pad_id=tok.pad_token_id, generator=gen, min_new_tokens=N)
+                     stop_ids=stops, pad_id=tok.pad_token_id, generator=gen, min_new_tokens=N, compile=compile)
         assert sum(len(c.tokens) for c in out) == rows * N
 
     L = max(map(len, prompts))
@@ -118,6 +119,8 @@ def main():
         contenders.append(("model.generate (static cache)", hf(cache_implementation="static")))
     if "ours" not in args.skip:
         contenders.append(("ours: sampler.sample", ours))
+    if args.compile:
+        contenders.append(("ours, compile=True", lambda: ours(compile=True)))
     print(f"model={args.arch or args.model} device={device} rows={rows} ({args.prompts} prompts x {args.n}) "
           f"new_tokens={N} prompt_len<={L} T={args.temperature}")
     results = {}
@@ -128,7 +131,7 @@ def main():
         results[name] = rows * N / seconds
         mem = f"  peak {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB" if device.type == "cuda" else ""
         print(f"{name:34s} {seconds:8.2f} s/call {results[name]:10,.0f} tok/s{mem}")
-    ours_tps = results.get("ours: sampler.sample")
+    ours_tps = max((v for k, v in results.items() if k.startswith("ours")), default=None)
     hf_tps = [v for k, v in results.items() if k.startswith("model.generate")]
     if ours_tps and hf_tps:
         print(f"ratio ours / best model.generate: {ours_tps / max(hf_tps):.2f}x")
