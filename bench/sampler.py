@@ -7,6 +7,7 @@ warm up, then timed over --repeats calls; tokens/s and the ratio are printed.
     python bench/sampler.py                      # tiny model on CPU, small workload
     python bench/sampler.py --model /root/mdl/model.gguf --prompts 64 --n 8 --new-tokens 512
     python bench/sampler.py --model /root/mdl/model.gguf --arch qwen3-1.7b ...   # random weights
+    python bench/sampler.py ... --compile --lora 64   # + compile=True; + a LoRA adapter unmerged / merged
 
 --arch builds a randomly initialised Qwen3 of that size (its published shape) and uses --model only
 for the tokenizer. The floor printed is the larger of (weights + KV cache read once per decode step)
@@ -14,6 +15,7 @@ for the tokenizer. The floor printed is the larger of (weights + KV cache read o
 measured 4.3 TB/s and 790 TFLOP/s (../shared/docs/gpu.md).
 """
 import argparse
+import contextlib
 import os
 import sys
 import time
@@ -25,6 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from data import builtin_problems, load_problems  # noqa: E402
 from models import chat_ids, load_model, stop_ids  # noqa: E402
 from sampler import sample  # noqa: E402
+import lora  # noqa: E402
 
 
 ARCHS = {  # published Qwen3 shapes; weights random
@@ -76,6 +79,7 @@ def main():
     p.add_argument("--repeats", type=int, default=2, help="timed calls per contender after warm-up")
     p.add_argument("--arch", choices=list(ARCHS), default=None, help="random-weight Qwen3 of this shape")
     p.add_argument("--compile", action="store_true", help="also time ours with sample(compile=True)")
+    p.add_argument("--lora", type=int, default=0, help="rank: time ours with a random LoRA adapter, unmerged vs lora.merged")
     p.add_argument("--skip", nargs="*", default=[], choices=["dynamic", "static", "ours"], help="contenders to leave out")
     args = p.parse_args()
 
@@ -121,6 +125,17 @@ def main():
         contenders.append(("ours: sampler.sample", ours))
     if args.compile:
         contenders.append(("ours, compile=True", lambda: ours(compile=True)))
+    if args.lora:  # B random (a trained adapter), so the unmerged path does real work
+        lora.add_adapter(model, "bench", rank=args.lora, alpha=args.lora)
+        with torch.no_grad():
+            for p_ in lora.adapter_parameters(model, "bench"):
+                p_.normal_(0, 0.01)
+
+        def with_adapter(merge):
+            with lora.use_adapter(model, "bench"), (lora.merged(model) if merge else contextlib.nullcontext()):
+                ours()
+        contenders += [(f"ours, LoRA r{args.lora} unmerged", lambda: with_adapter(False)),
+                       (f"ours, LoRA r{args.lora} merged", lambda: with_adapter(True))]
     print(f"model={args.arch or args.model} device={device} rows={rows} ({args.prompts} prompts x {args.n}) "
           f"new_tokens={N} prompt_len<={L} T={args.temperature}")
     results = {}
@@ -131,7 +146,7 @@ def main():
         results[name] = rows * N / seconds
         mem = f"  peak {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB" if device.type == "cuda" else ""
         print(f"{name:34s} {seconds:8.2f} s/call {results[name]:10,.0f} tok/s{mem}")
-    ours_tps = max((v for k, v in results.items() if k.startswith("ours")), default=None)
+    ours_tps = max((v for k, v in results.items() if k.startswith("ours") and "LoRA" not in k), default=None)
     hf_tps = [v for k, v in results.items() if k.startswith("model.generate")]
     if ours_tps and hf_tps:
         print(f"ratio ours / best model.generate: {ours_tps / max(hf_tps):.2f}x")
