@@ -12,9 +12,10 @@ the input's dtype in forward (a bf16 model runs bf16 matmuls): cast the model *b
 would cast the adapters too (moving devices later is fine).
 
 Left out: quantized bases (refused), DoRA / rsLoRA, LoRA on embeddings or lm_head, per-layer ranks, several adapters
-in one forward (our workflows run one role per sampler call). Merging is explicit (`merge_adapter`, for export),
-never on .eval() as in loralib: that would fight a sampler that flips modes and switches adapters, and a bf16
-merge/unmerge round trip does not restore the base weights exactly.
+in one forward (our workflows run one role per sampler call). Merging is explicit, never on .eval() as in
+loralib (that would fight a sampler that flips modes and switches adapters): `merge_adapter` for export, and
+`with merged(model):` for sampling, which keeps the original weights and puts them back (a bf16 merge/unmerge
+round trip would not restore them exactly).
 
 Usage: add_adapter(model, "generator"); with use_adapter(model, "generator"): logits = model(ids).logits
        save_adapter(model, "generator", "run/generator.safetensors", {"step": 10})

@@ -249,6 +249,7 @@ def draw_fused(logits, temperature, seed):
     """`draw` in one Triton kernel that reads the (bf16) logits once: no fp32 copy, no noise tensor.
     `seed` (an int, a new one each step) keys the noise. Same distribution as `draw`; greedy gives
     the same tokens (tests/test_sampler.py)."""
+    logits = logits if logits.stride(-1) == 1 else logits.contiguous()
     rows, V = logits.shape
     tokens = torch.empty(rows, dtype=torch.long, device=logits.device)
     logprobs = torch.empty(rows, dtype=torch.float32, device=logits.device)
