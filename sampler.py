@@ -232,7 +232,8 @@ if triton is not None:
             m = m_new
             y = x
             if not GREEDY:  # philox gives 4 numbers per call: one call per 4 columns
-                r0, r1, r2, r3 = tl.randint4x(seed, (row * tl.cdiv(V, BLOCK) * BLOCK + start) // 4 + tl.arange(0, BLOCK // 4))
+                first = (row.to(tl.int64) * tl.cdiv(V, BLOCK) * BLOCK + start) // 4  # int64: no wrap at 14k rows
+                r0, r1, r2, r3 = tl.randint4x(seed, first + tl.arange(0, BLOCK // 4))
                 r = tl.reshape(tl.join(tl.join(r0, r1), tl.join(r2, r3)), (BLOCK,))
                 u = tl.random.uint_to_uniform_float(r)
                 y = tl.where(ok, x - tl.log(-tl.log(u)), -float("inf"))
@@ -290,6 +291,9 @@ def sample_fast(model, prompts, n=1, max_new_tokens=256, temperature=1.0, stop_i
     kw = {cache_kw(model): cache, "use_cache": True}
     saved_impl = model.config._attn_implementation
     model.config._attn_implementation = "gqa_static"
+    saved_device = torch.cuda.current_device() if device.type == "cuda" else None
+    if saved_device is not None:  # graphs and Triton launch on the current device: make it the model's
+        torch.cuda.set_device(device)
     heads = model.config.get_text_config().num_attention_heads
     chunk = max(1, prefill_bytes // (4 * heads * Lp * Lp))
     try:
@@ -356,6 +360,8 @@ def sample_fast(model, prompts, n=1, max_new_tokens=256, temperature=1.0, stop_i
                 logits = graph_logits
     finally:
         model.config._attn_implementation = saved_impl
+        if saved_device is not None:
+            torch.cuda.set_device(saved_device)
     out_tok, out_lp, stop_set = out_tok.tolist(), out_lp.tolist(), set(stops.tolist())
     result = []
     for i in range(B):  # a row ends at its first stop id; what a done row drew later is dropped
