@@ -65,7 +65,7 @@ import grpo
 import lora
 from data import builtin_problems, load_problems
 from models import TINY, load_default_model
-from workflows import ROLES, make_policy, run_workflow
+from workflows import ROLES, grade_episodes, make_policy, run_workflow
 
 PARALLEL_ROLES = {("voting", "generator"), ("orchworkers", "worker")}  # instances share an adapter
 # Defaults that depend on the model: (real model, tiny smoke run). The tiny model learns nothing,
@@ -410,7 +410,9 @@ def train_step(model, tok, problems, args, optimizers, gen, step):
     t0 = time.perf_counter()
     role_adapter = adapter_of_role(args)
     episodes = run_workflow(args.workflow, problems, args.group, policy_for(model, tok, args, gen),
-                            task=args.task, rounds=args.rounds, n_voters=args.voters)
+                            task=args.task, rounds=args.rounds, n_voters=args.voters, grade=False)
+    t_rollout = time.perf_counter()
+    grade_episodes(args.workflow, episodes, problems, args.group)
     t1 = time.perf_counter()
 
     rows, keys, slots = [], [], []
@@ -486,9 +488,9 @@ def train_step(model, tok, problems, args, optimizers, gen, step):
             "diag_correct": float(np.mean([r.correct for r in mine if r.correct is not None]))
             if any(r.correct is not None for r in mine) else None}
     metrics["workflow"] = workflow_facts(args.workflow, episodes)
-    metrics["time"] = {"rollout_and_reward": t1 - t0, "old_logprobs": t2 - t1, "update": t3 - t2,
-                       "total": t3 - t0, "ranks": world()[1],  # times are rank 0's
-                       "rollout_tokens_per_s": sum(len(r.completion_ids) for r in rows) / max(t1 - t0, 1e-9)}
+    metrics["time"] = {"rollout": t_rollout - t0, "reward": t1 - t_rollout, "old_logprobs": t2 - t1,
+                       "update": t3 - t2, "total": t3 - t0, "ranks": world()[1],  # times are rank 0's
+                       "rollout_tokens_per_s": sum(len(r.completion_ids) for r in rows) / max(t_rollout - t0, 1e-9)}
     return metrics, episodes
 
 

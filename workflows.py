@@ -333,11 +333,12 @@ WORKFLOWS = {"single": _single, "evalopt": _evalopt, "voting": _voting, "orchwor
 # ----------------------------------------------------------------------------- run + grade
 
 def run_workflow(workflow, problems, group_size, policy, task=None, rounds=None, n_voters=3,
-                 max_strategies=3, diagnose=True):
-    """Run len(problems) x group_size episodes of `workflow` in lock-step and grade them.
-    Returns Episodes problem-major, rollout-minor. `task` overrides each problem's "task" for the
-    prompts (grading always follows the problem); `rounds`: Eval-Opt attempts (default 3 math,
-    2 code); `n_voters`: Voting's generators; `max_strategies`: Orch-Workers' cap on workers."""
+                 max_strategies=3, diagnose=True, grade=True):
+    """Run len(problems) x group_size episodes of `workflow` in lock-step and grade them (unless
+    grade=False: then call grade_episodes). Returns Episodes problem-major, rollout-minor. `task`
+    overrides each problem's "task" for the prompts (grading always follows the problem); `rounds`:
+    Eval-Opt attempts (default 3 math, 2 code); `n_voters`: Voting's generators; `max_strategies`:
+    Orch-Workers' cap on workers."""
     if workflow not in WORKFLOWS:
         raise ValueError(f"unknown workflow {workflow!r}; choose from {list(WORKFLOWS)}")
     probs = [p for p in problems for _ in range(group_size)]
@@ -347,13 +348,15 @@ def run_workflow(workflow, problems, group_size, policy, task=None, rounds=None,
         raise ValueError(f"unknown task {t!r}; choose from {list(PROMPTS)}")
     WORKFLOWS[workflow](eps, probs, tasks, policy, rounds=rounds, n_voters=n_voters,
                         max_strategies=max_strategies)
-    _grade(workflow, eps, probs, diagnose)
+    if grade:
+        grade_episodes(workflow, eps, problems, group_size, diagnose)
     return eps
 
 
-def _grade(workflow, eps, probs, diagnose):
+def grade_episodes(workflow, eps, problems, group_size, diagnose=True):
     """Grade every final answer, plus (diagnose) every intermediate answer, in ONE rewards.grade call;
     identical (episode, text) pairs are graded once (code grading runs subprocesses)."""
+    probs = [p for p in problems for _ in range(group_size)]
     wanted = {(i, ep.final) for i, ep in enumerate(eps) if ep.final is not None}
     if diagnose:
         wanted |= {(i, t.text) for i, ep in enumerate(eps) for t in ep.turns if t.role in ANSWER_ROLES}
