@@ -348,7 +348,8 @@ def policy_for(model, tok, args, gen):
 
 def optimizer_step(model, adapter, rows, adv, old_lp, ref_lp, opt, args, stats):
     """One AdamW step of `adapter` on `rows` (Turns) with their advantages, old and reference
-    log-probs (parallel lists). Micro-batches are built per role so that each role's gradient
+    log-probs (parallel lists; an old entry of None: the row's own detached log-probs, ratio 1,
+    as it is for every row of an adapter's only step in a batch). Micro-batches are built per role so that each role's gradient
     contribution can be measured. Returns False, leaving the adapter unchanged, when the loss or
     the gradient is not finite."""
     lengths = [len(r.completion_ids) for r in rows]
@@ -368,11 +369,13 @@ def optimizer_step(model, adapter, rows, adv, old_lp, ref_lp, opt, args, stats):
             lps, ents = grpo.completion_logprobs(model, [rows[i].prompt_ids for i in mb],
                                                  [rows[i].completion_ids for i in mb], args.temperature)
             lp = torch.cat(lps)
+            old = lp.detach()  # the old log-probs of a row whose list entry is None (train_step)
             n = torch.tensor([lengths[i] for i in mb], device=lp.device)
             per_token = lambda vals: torch.repeat_interleave(torch.tensor(vals, dtype=lp.dtype, device=lp.device), n)
             ref = torch.cat([ref_lp[i] for i in mb]) if ref_lp[mb[0]] is not None else None
             loss_t, clipped, kl = grpo.token_loss(
-                lp, torch.cat([old_lp[i] for i in mb]), per_token([adv[i] for i in mb]), args.clip_low,
+                lp, old if old_lp[mb[0]] is None else torch.cat([old_lp[i] for i in mb]),
+                per_token([adv[i] for i in mb]), args.clip_low,
                 args.clip_high, args.dual_clip, ref, per_token([role_value(args.kl_coefs, role, 0.0)] * len(mb)))
             loss = (per_token([weights[i] for i in mb]) * loss_t).sum()
             finite &= bool(torch.isfinite(loss))
@@ -424,9 +427,13 @@ def train_step(model, tok, problems, args, optimizers, gen, step):
             keys.append((ep.problem_id, turn.instance))  # the GRPO group of this row
             slots.append(seen[turn.role])                # k-th turn of its role: the parallel instance
     adv, singletons = grpo.group_advantages(keys, [r.reward for r in rows], scale=not args.adv_mean_only)
-    # Old log-probs are recomputed, not taken from the sampler: the sampler's come from another
-    # kernel path (KV cache, padding, batch shape, bf16 on GPU), while the ratio must be exactly 1
-    # before the first update. On CPU in fp32 both agree to ~1e-5 (tests/test_grpo.py).
+    # Old log-probs are not taken from the sampler: its come from another kernel path (KV cache,
+    # padding, batch shape, bf16 on GPU), while the ratio must be exactly 1 before the first update.
+    # An adapter that takes one optimizer step per batch (SP; IP except per-instance parallel roles)
+    # uses its own detached log-probs in that step (optimizer_step: ratio exactly 1, no extra pass);
+    # one that takes several needs them recomputed here, since its later steps see a changed policy.
+    groups = update_groups(rows, slots, args)
+    steps_of = Counter(role_adapter.get(role, role) for role, _ in groups)
     old_lp, ref_lp = [None] * len(rows), [None] * len(rows)
     with torch.no_grad():
         for adapter in optimizers:
@@ -435,7 +442,8 @@ def train_step(model, tok, problems, args, optimizers, gen, step):
                                          args.token_budget):
                 mb = [mine[j] for j in mb]
                 use_kl = [i for i in mb if role_value(args.kl_coefs, rows[i].role, 0.0)]
-                for target, name, sel in [(old_lp, adapter, mb), (ref_lp, None, use_kl)]:
+                for target, name, sel in [(old_lp, adapter, mb if steps_of[adapter] > 1 else []),
+                                          (ref_lp, None, use_kl)]:
                     if sel:
                         lora.set_adapter(model, name)
                         lps, _ = grpo.completion_logprobs(model, [rows[i].prompt_ids for i in sel],
@@ -446,7 +454,6 @@ def train_step(model, tok, problems, args, optimizers, gen, step):
 
     stats = {role: dict(weight_share=[], grad_norm_sq=0.0, loss=0.0, entropy_sum=0.0, clipped=0,
                         kl_sum=0.0, train_tokens=0, optimizer_steps=0) for role in ROLES[args.workflow]}
-    groups = update_groups(rows, slots, args)
     skipped = 0
     for role, idx in groups:
         adapter = role_adapter.get(role, role)  # SP's one group is already named "shared"

@@ -184,6 +184,33 @@ def test_optimizer_step_gradient_does_not_depend_on_the_token_budget(tiny):
     lora.set_adapter(model, None)
 
 
+def test_first_step_without_old_logprobs_equals_recomputed_ones(tiny):
+    """An adapter's only step in a batch takes its old log-probs from its own forward (None entries);
+    with the separately recomputed ones (what train_step did before) the gradient is the same."""
+    import lora
+    from grpo import completion_logprobs
+    model, tok = tiny
+    if "once" not in lora.adapter_names(model):
+        lora.add_adapter(model, "once", rank=4, alpha=8)
+        for p in lora.adapter_parameters(model, "once"):
+            torch.nn.init.normal_(p, std=0.05)
+    rows = _rows()
+    args = train.parse_args(["--grad-clip", "1e9"])
+    lora.set_adapter(model, "once")
+    with torch.no_grad():
+        old = completion_logprobs(model, [r.prompt_ids for r in rows], [r.completion_ids for r in rows],
+                                  args.temperature)[0]
+    opt = torch.optim.SGD(lora.adapter_parameters(model, "once"), lr=0.0)  # keeps the weights: compare grads
+    grads = []
+    for old_lp in (old, [None] * 3, [o - 1.0 for o in old]):  # the last: ratios e, clipped: must differ
+        train.optimizer_step(model, "once", rows, [1.0, -1.0, 0.5], old_lp, [None] * 3, opt, args, _stats())
+        grads.append(torch.cat([p.grad.flatten() for p in lora.adapter_parameters(model, "once")]))
+    assert grads[0].abs().sum() > 0
+    torch.testing.assert_close(grads[1], grads[0], atol=1e-7, rtol=1e-5)
+    assert not torch.allclose(grads[2], grads[0])
+    lora.set_adapter(model, None)
+
+
 def test_non_finite_loss_skips_steps_then_stops(tmp_path, monkeypatch):
     monkeypatch.setattr(workflows.rewards, "grade", fake_grade)
     real = train.grpo.token_loss
