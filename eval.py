@@ -135,8 +135,10 @@ def diagnostics(workflow, episodes, task="math"):
                             "first_attempt_accuracy": mean([att[0] for att in answers if att]),
                             "mean_rounds": mean([len(att) for att in answers])}
     elif workflow == "voting":
+        picks = [ep.facts["choice_parse"] for ep in episodes if "choice_parse" in ep.facts]
         out["aggregator"] = {"had_right_candidate": len(some), "picked_right": sum(some), "pick_accuracy": mean(some),
-                             "candidate_accuracy": mean([a for att in answers for a in att])}
+                             "candidate_accuracy": mean([a for att in answers for a in att]), "picks": len(picks),
+                             "unboxed_picks": sum(how != "boxed" for how in picks)}  # a digit in the text, or 1
     elif workflow == "orchworkers":
         agree = []
         for ep in episodes:  # math: the same \boxed{} text without spaces; code: programs rarely match as text
@@ -168,7 +170,9 @@ def headline(workflow, d):
                 f"{e['approved_wrong']}, rejected right {e['rejected_right']}, "
                 f"retry fixed {e['retry_fixed']}/{e['retried_wrong']}")
     if workflow == "voting":
-        return f"picked right {d['aggregator']['picked_right']}/{d['aggregator']['had_right_candidate']}"
+        a = d["aggregator"]
+        return (f"picked right {a['picked_right']}/{a['had_right_candidate']}, "
+                f"no \\boxed{{N}} in {a.get('unboxed_picks', '-')}/{a.get('picks', '-')} picks")
     if workflow == "orchworkers":
         w, s = d["workers"], d["synthesizer"]
         return (f"workers agree {w['agree']}/{w['multi_worker_episodes']}, synth kept right {s['kept_right']}/"

@@ -513,6 +513,7 @@ def workflow_facts(workflow, episodes):
                 "verdict_unparseable": mean([v is None for f in facts for v in f.get("verdicts", [])])}
     if workflow == "voting":
         return {"pick_accuracy": mean([f["pick_correct"] for f in facts if f.get("any_candidate_correct")]),
+                "pick_unboxed": mean([f["choice_parse"] != "boxed" for f in facts if "choice_parse" in f]),
                 "any_candidate_correct": mean([bool(f.get("any_candidate_correct")) for f in facts])}
     if workflow == "orchworkers":
         return {"mean_strategies": mean([f.get("n_strategies", 0) for f in facts]),

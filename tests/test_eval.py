@@ -121,9 +121,14 @@ def test_evalopt_diagnostics():
 def test_voting_diagnostics():
     votes = lambda *c: [T("generator", x, instance=f"generator{k}") for k, x in enumerate(c)] + [T("aggregator", None)]
     eps = [E(votes(False, True, False), 1), E(votes(True, False, False), 0), E(votes(False, False, False), 0)]
-    a = ev.diagnostics("voting", eps)["aggregator"]
+    for ep, how in zip(eps, ["boxed", "default", "digit"]):
+        ep.facts.update(choice_parse=how)
+    d = ev.diagnostics("voting", eps)
+    a = d["aggregator"]
     assert (a["had_right_candidate"], a["picked_right"], a["pick_accuracy"]) == (2, 1, 0.5)
     assert a["candidate_accuracy"] == pytest.approx(2 / 9)
+    assert (a["picks"], a["unboxed_picks"]) == (3, 2)
+    assert ev.headline("voting", d) == "picked right 1/2, no \\boxed{N} in 2/3 picks"
 
 
 def test_orchworkers_diagnostics():
