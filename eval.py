@@ -138,7 +138,8 @@ def diagnostics(workflow, episodes, task="math"):
         picks = [ep.facts["choice_parse"] for ep in episodes if "choice_parse" in ep.facts]
         out["aggregator"] = {"had_right_candidate": len(some), "picked_right": sum(some), "pick_accuracy": mean(some),
                              "candidate_accuracy": mean([a for att in answers for a in att]), "picks": len(picks),
-                             "unboxed_picks": sum(how != "boxed" for how in picks)}  # a digit in the text, or 1
+                             "unboxed_picks": sum(how != "boxed" for how in picks),  # a number in the text, or:
+                             "default_picks": sum(how == "default" for how in picks)}  # no number: solution 1
     elif workflow == "orchworkers":
         agree = []
         for ep in episodes:  # math: the same \boxed{} text without spaces; code: programs rarely match as text
@@ -171,8 +172,9 @@ def headline(workflow, d):
                 f"retry fixed {e['retry_fixed']}/{e['retried_wrong']}")
     if workflow == "voting":
         a = d["aggregator"]
-        return (f"picked right {a['picked_right']}/{a['had_right_candidate']}, "
-                f"no \\boxed{{N}} in {a.get('unboxed_picks', '-')}/{a.get('picks', '-')} picks")
+        return f"picked right {a['picked_right']}/{a['had_right_candidate']}" + (  # older records lack picks
+            f", {a['unboxed_picks']}/{a['picks']} picks without \\boxed{{N}} ({a['default_picks']} with no number: "
+            f"solution 1)" if "picks" in a else "")
     if workflow == "orchworkers":
         w, s = d["workers"], d["synthesizer"]
         return (f"workers agree {w['agree']}/{w['multi_worker_episodes']}, synth kept right {s['kept_right']}/"

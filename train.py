@@ -322,8 +322,8 @@ def draw(problems, consumed, count, seed):
 
 def update_groups(rows, slots, args):
     """(adapter, row indices) per optimizer step, in order. IP updates roles in ROLES order; the
-    order does not matter because each adapter only changes its own rows' log-probs and all old
-    log-probs were computed before the first step. Under torchrun the steps are those of the whole
+    order does not matter because each adapter only changes its own rows' log-probs, and the old
+    log-probs of an adapter with several steps are computed before its first. Under torchrun the steps are those of the whole
     batch (the union over ranks), so a rank with no rows for a step (e.g. no episode with a third
     worker) still takes part in it, with an empty list."""
     live = [i for i, r in enumerate(rows) if r.completion_ids]
@@ -416,8 +416,6 @@ def train_step(model, tok, problems, args, optimizers, gen, step):
                             task=args.task, rounds=args.rounds, n_voters=args.voters, grade=False)
     t_rollout = time.perf_counter()
     grade_episodes(args.workflow, episodes, problems, args.group)
-    t1 = time.perf_counter()
-
     rows, keys, slots = [], [], []
     for ep in episodes:
         seen = {}
@@ -426,13 +424,14 @@ def train_step(model, tok, problems, args, optimizers, gen, step):
             rows.append(turn)
             keys.append((ep.problem_id, turn.instance))  # the GRPO group of this row
             slots.append(seen[turn.role])                # k-th turn of its role: the parallel instance
+    groups = update_groups(rows, slots, args)  # under torchrun its gather waits for the slowest rank
+    t1 = time.perf_counter()
     adv, singletons = grpo.group_advantages(keys, [r.reward for r in rows], scale=not args.adv_mean_only)
     # Old log-probs are not taken from the sampler: its come from another kernel path (KV cache,
     # padding, batch shape, bf16 on GPU), while the ratio must be exactly 1 before the first update.
     # An adapter that takes one optimizer step per batch (SP; IP except per-instance parallel roles)
     # uses its own detached log-probs in that step (optimizer_step: ratio exactly 1, no extra pass);
     # one that takes several needs them recomputed here, since its later steps see a changed policy.
-    groups = update_groups(rows, slots, args)
     steps_of = Counter(role_adapter.get(role, role) for role, _ in groups)
     old_lp, ref_lp = [None] * len(rows), [None] * len(rows)
     with torch.no_grad():
@@ -514,6 +513,7 @@ def workflow_facts(workflow, episodes):
     if workflow == "voting":
         return {"pick_accuracy": mean([f["pick_correct"] for f in facts if f.get("any_candidate_correct")]),
                 "pick_unboxed": mean([f["choice_parse"] != "boxed" for f in facts if "choice_parse" in f]),
+                "pick_default": mean([f["choice_parse"] == "default" for f in facts if "choice_parse" in f]),
                 "any_candidate_correct": mean([bool(f.get("any_candidate_correct")) for f in facts])}
     if workflow == "orchworkers":
         return {"mean_strategies": mean([f.get("n_strategies", 0) for f in facts]),

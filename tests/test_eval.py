@@ -127,8 +127,11 @@ def test_voting_diagnostics():
     a = d["aggregator"]
     assert (a["had_right_candidate"], a["picked_right"], a["pick_accuracy"]) == (2, 1, 0.5)
     assert a["candidate_accuracy"] == pytest.approx(2 / 9)
-    assert (a["picks"], a["unboxed_picks"]) == (3, 2)
-    assert ev.headline("voting", d) == "picked right 1/2, no \\boxed{N} in 2/3 picks"
+    assert (a["picks"], a["unboxed_picks"], a["default_picks"]) == (3, 2, 1)
+    assert ev.headline("voting", d) == "picked right 1/2, 2/3 picks without \\boxed{N} (1 with no number: solution 1)"
+    for key in ("picks", "unboxed_picks", "default_picks"):  # an eval.jsonl record written before these existed
+        del a[key]
+    assert ev.headline("voting", d) == "picked right 1/2"
 
 
 def test_orchworkers_diagnostics():

@@ -111,6 +111,25 @@ def test_parallel_step_counts(tmp_path, mode, steps, monkeypatch):
     assert m["optimizer_steps"] == steps
     assert m["roles"]["generator"]["optimizer_steps"] == steps - 1
     assert m["roles"]["aggregator"]["optimizer_steps"] == 1
+    assert 0 <= m["workflow"]["pick_default"] <= m["workflow"]["pick_unboxed"] <= 1
+
+
+@pytest.mark.parametrize("mode", ["per-instance", "merged"])
+def test_old_logprobs_are_recomputed_only_for_several_steps(tmp_path, mode, monkeypatch):
+    """Per-instance voters take three steps on one adapter: the second and third must compare with
+    the policy from before the first (recomputed old log-probs, ratio != 1 after an update). An
+    adapter's only step (merged voters, the aggregator) uses its own log-probs: ratio exactly 1."""
+    monkeypatch.setattr(workflows.rewards, "grade", fake_grade)
+    gaps, real = [], train.grpo.token_loss
+    monkeypatch.setattr(train.grpo, "token_loss", lambda lp, old, *a, **k: (
+        gaps.append(float((lp.detach() - old).abs().max())), real(lp, old, *a, **k))[1])
+    train.main(["--workflow", "voting", "--policy", "ip", "--parallel-steps", mode, "--steps", "1",
+                "--lr", "0.05", "--warmup", "0", "--out", str(tmp_path / mode), *SMALL])
+    if mode == "merged":
+        assert gaps and all(g == 0.0 for g in gaps)
+    else:
+        assert any(g > 1e-3 for g in gaps)  # a later voter step sees the changed policy
+        assert min(gaps) < 1e-4             # the first step's recomputed old log-probs match (fp32)
 
 
 def _rows():
