@@ -158,8 +158,8 @@ def parse_role_values(flag, text):
         raise ValueError(f"{flag} expects a number or role=number pairs separated by commas, got {text!r}")
 
 
-def role_value(values, role, default):
-    return values.get(role, values.get(None, default))
+def role_value(values, role):
+    return values.get(role, values.get(None, 0.0))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -232,18 +232,14 @@ def checkpoints(out):
         if os.path.isdir(out) else []
 
 
-def rng_state(gen):
-    """This rank's RNG states: CPU torch, the sampler's generator, and its own GPU's (current device)."""
-    return {"torch": torch.get_rng_state(), "sampler": gen.get_state(),
-            "cuda": torch.cuda.get_rng_state() if torch.cuda.is_available() else None}
-
-
 def save_checkpoint(out, step, model, adapters, optimizers, gen, consumed, config):
-    """Everything needed to continue exactly: adapters (safetensors), optimizer states, RNG
-    states, data position (the learning rate is a function of the step). Written to a temporary folder, then renamed (atomic).
-    Under torchrun every rank calls this (to hand over its RNG states) and rank 0 writes: adapters
-    and optimizer states are the same on every rank."""
-    rngs = gather(rng_state(gen))
+    """Everything needed to continue exactly: adapters (safetensors), optimizer states, RNG states,
+    data position (the learning rate is a function of the step). Written to a temporary folder, then
+    renamed (atomic). Under torchrun every rank calls this (to hand over its RNG states) and rank 0
+    writes: adapters and optimizer states are the same on every rank."""
+    # this rank's RNG states: CPU torch, the sampler's generator, and its own GPU's (current device)
+    rngs = gather({"torch": torch.get_rng_state(), "sampler": gen.get_state(),
+                   "cuda": torch.cuda.get_rng_state() if torch.cuda.is_available() else None})
     if world()[0] != 0:
         return
     final = os.path.join(out, f"step_{step:06d}")
@@ -323,9 +319,9 @@ def draw(problems, consumed, count, seed):
 def update_groups(rows, slots, args):
     """(adapter, row indices) per optimizer step, in order. IP updates roles in ROLES order; the
     order does not matter because each adapter only changes its own rows' log-probs, and the old
-    log-probs of an adapter with several steps are computed before its first. Under torchrun the steps are those of the whole
-    batch (the union over ranks), so a rank with no rows for a step (e.g. no episode with a third
-    worker) still takes part in it, with an empty list."""
+    log-probs of an adapter with several steps are computed before its first. Under torchrun the
+    steps are those of the whole batch (the union over ranks), so a rank with no rows for a step
+    (e.g. no episode with a third worker) still takes part in it, with an empty list."""
     live = [i for i, r in enumerate(rows) if r.completion_ids]
     if args.policy == "sp":
         return [("shared", live)]
@@ -348,10 +344,10 @@ def policy_for(model, tok, args, gen):
 
 def optimizer_step(model, adapter, rows, adv, old_lp, ref_lp, opt, args, stats):
     """One AdamW step of `adapter` on `rows` (Turns) with their advantages, old and reference
-    log-probs (parallel lists; an old entry of None: the row's own detached log-probs, ratio 1,
-    as it is for every row of an adapter's only step in a batch). Micro-batches are built per role so that each role's gradient
-    contribution can be measured. Returns False, leaving the adapter unchanged, when the loss or
-    the gradient is not finite."""
+    log-probs (parallel lists; an old entry of None: the row's own detached log-probs, ratio 1, as
+    it is for every row of an adapter's only step in a batch). Micro-batches are built per role so
+    that each role's gradient contribution can be measured. Returns False, leaving the adapter
+    unchanged, when the loss or the gradient is not finite."""
     lengths = [len(r.completion_ids) for r in rows]
     weights, shares = step_token_weights([r.role for r in rows], lengths, args)
     params = lora.adapter_parameters(model, adapter)
@@ -376,7 +372,7 @@ def optimizer_step(model, adapter, rows, adv, old_lp, ref_lp, opt, args, stats):
             loss_t, clipped, kl = grpo.token_loss(
                 lp, old if old_lp[mb[0]] is None else torch.cat([old_lp[i] for i in mb]),
                 per_token([adv[i] for i in mb]), args.clip_low,
-                args.clip_high, args.dual_clip, ref, per_token([role_value(args.kl_coefs, role, 0.0)] * len(mb)))
+                args.clip_high, args.dual_clip, ref, per_token([role_value(args.kl_coefs, role)] * len(mb)))
             loss = (per_token([weights[i] for i in mb]) * loss_t).sum()
             finite &= bool(torch.isfinite(loss))
             loss.backward()
@@ -432,7 +428,7 @@ def train_step(model, tok, problems, args, optimizers, gen, step):
     # An adapter that takes one optimizer step per batch (SP; IP except per-instance parallel roles)
     # uses its own detached log-probs in that step (optimizer_step: ratio exactly 1, no extra pass);
     # one that takes several needs them recomputed here, since its later steps see a changed policy.
-    steps_of = Counter(role_adapter.get(role, role) for role, _ in groups)
+    steps_of = Counter(adapter for adapter, _ in groups)
     old_lp, ref_lp = [None] * len(rows), [None] * len(rows)
     with torch.no_grad():
         for adapter in optimizers:
@@ -440,7 +436,7 @@ def train_step(model, tok, problems, args, optimizers, gen, step):
             for mb in grpo.micro_batches([len(rows[i].prompt_ids) + len(rows[i].completion_ids) for i in mine],
                                          args.token_budget):
                 mb = [mine[j] for j in mb]
-                use_kl = [i for i in mb if role_value(args.kl_coefs, rows[i].role, 0.0)]
+                use_kl = [i for i in mb if role_value(args.kl_coefs, rows[i].role)]
                 for target, name, sel in [(old_lp, adapter, mb if steps_of[adapter] > 1 else []),
                                           (ref_lp, None, use_kl)]:
                     if sel:
@@ -454,8 +450,7 @@ def train_step(model, tok, problems, args, optimizers, gen, step):
     stats = {role: dict(weight_share=[], grad_norm_sq=0.0, loss=0.0, entropy_sum=0.0, clipped=0,
                         kl_sum=0.0, train_tokens=0, optimizer_steps=0) for role in ROLES[args.workflow]}
     skipped = 0
-    for role, idx in groups:
-        adapter = role_adapter.get(role, role)  # SP's one group is already named "shared"
+    for adapter, idx in groups:  # update_groups names the adapter: "shared" under SP, the role under IP
         pick = lambda xs: [xs[i] for i in idx]
         skipped += not optimizer_step(model, adapter, pick(rows), pick(adv), pick(old_lp), pick(ref_lp),
                                       optimizers[adapter], args, stats)
@@ -551,11 +546,9 @@ def main(argv=None):
             sys.exit(f"error: --resume: no checkpoint in {args.out} (nothing to continue)")
         with open(saved) as f:
             config = json.load(f)
-        out, steps = args.out, args.steps  # a resume may only train for longer
-        args = argparse.Namespace(**{**config, "resume": True})
-        args.out = out  # the folder as named now: it may have been moved or named relatively
-        args.steps = steps or args.steps
-        args.model = config["model_used"]
+        # --out as named now (the folder may have been moved or named relatively); a resume may only train longer
+        args = argparse.Namespace(**{**config, "resume": True, "model": config["model_used"], "out": args.out,
+                                     "steps": args.steps or config["steps"]})
         derive(args)
     elif args.out and (checkpoints(args.out) or os.path.exists(os.path.join(args.out, "metrics.jsonl"))):
         sys.exit(f"error: {args.out} already holds a run; pass --resume to continue it or choose another --out")
@@ -573,10 +566,8 @@ def run(args):
     device = rank_device(args.device)
     try:  # bad input gets one clear line, not a traceback
         problems = load_problems(args.data, args.task) if args.data else builtin_problems(args.task, "train", seed=args.seed)
-        eval_set = []
-        if args.eval_every:
-            eval_set = (load_problems(args.eval_data, args.task) if args.eval_data
-                        else builtin_problems(args.task, "test", seed=args.seed))[:args.eval_problems]
+        eval_set = (load_problems(args.eval_data, args.task) if args.eval_data else builtin_problems(
+            args.task, "test", seed=args.seed))[:args.eval_problems] if args.eval_every else []
         model, tok, model_used = load_default_model(args.model, device)
     except (OSError, ValueError, RuntimeError) as e:
         sys.exit(f"error: {e}")
@@ -584,10 +575,9 @@ def run(args):
     # 0 alone, which would leave the tiny model (built through save_pretrained) unwritten elsewhere.
     init_distributed(device)
     rank, n_ranks = world()
-    tiny = model_used == TINY
     for name, (real, small) in SIZED.items():
         if getattr(args, name) is None:
-            setattr(args, name, small if tiny else real)
+            setattr(args, name, small if model_used == TINY else real)
     args.model_used = model_used
     if args.problems < n_ranks:
         sys.exit(f"error: --problems {args.problems} would leave ranks without problems; use at least {n_ranks}")
@@ -643,7 +633,6 @@ def run(args):
     # the rest waiting in a collective.
     previous = signal.signal(signal.SIGINT, on_sigint) if n_ranks == 1 else None
     bad_in_a_row = 0
-    step = start
     try:
         bar = tqdm(range(start, args.steps), initial=start, total=args.steps, desc="train", dynamic_ncols=True,
                    disable=rank != 0)
@@ -654,13 +643,13 @@ def run(args):
                 for g in opt.param_groups:
                     g["lr"] = args.lr * lr_factor(step, args)
             metrics, episodes = train_step(model, tok, batch, args, optimizers, gen, step + 1)
-            if rank == 0 and eval_set and (step + 1) % args.eval_every == 0:
-                metrics["eval_accuracy"] = evaluate(model, tok, eval_set, args)
             if rank == 0:
+                if eval_set and (step + 1) % args.eval_every == 0:
+                    metrics["eval_accuracy"] = evaluate(model, tok, eval_set, args)
                 with open(os.path.join(args.out, "metrics.jsonl"), "a") as f:
                     f.write(json.dumps(metrics) + "\n")
-            if rank == 0 and (args.sample_every and (step + 1) % args.sample_every == 0 or step == 0):
-                write_sample(args.out, step + 1, episodes[0])
+                if args.sample_every and (step + 1) % args.sample_every == 0 or step == 0:
+                    write_sample(args.out, step + 1, episodes[0])
             bar.set_postfix(reward=f"{metrics['reward_mean']:.3f}", skipped=metrics["skipped_steps"])
             bad_in_a_row = bad_in_a_row + 1 if metrics["skipped_steps"] else 0
             done = step + 1 == args.steps
