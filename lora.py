@@ -49,7 +49,7 @@ class LoRALinear(nn.Module):
         self.lora_A = nn.ParameterDict()      # name -> (r, in_features), fp32
         self.lora_B = nn.ParameterDict()      # name -> (out_features, r), fp32
         self.lora_dropout = nn.ModuleDict()   # name -> Dropout or Identity
-        self.adapters = {}                      # name -> {"rank": int, "alpha": float, "dropout": float}
+        self.adapters = {}                    # name -> {"rank": int, "alpha": float, "dropout": float}
         self.active = None                    # adapter used by forward; None = base layer only
 
     # Forward the attributes HF code sometimes reads from a projection (e.g. `q_proj.weight.dtype`).
@@ -78,12 +78,16 @@ class LoRALinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.base(x)
-        name = self.active
-        if name is None or name not in self.adapters:   # this layer is not a target of the active adapter
+        if (name := self.active) not in self.adapters:   # None, or this layer is not a target of the adapter
             return y
         A = self.lora_A[name].to(x.dtype)             # fp32 master -> compute dtype (no-op in fp32)
         B = self.lora_B[name].to(x.dtype)
         return y + F.linear(F.linear(self.lora_dropout[name](x), A), B) * self.scaling(name)
+
+    def merged_weight(self, name: str) -> torch.Tensor:
+        """W + (alpha/r) * B @ A, computed in fp32, in W's dtype."""
+        W = self.base.weight
+        return (W.float() + self.lora_B[name].float() @ self.lora_A[name].float() * self.scaling(name)).to(W.dtype)
 
     def extra_repr(self) -> str:
         return f"adapters={list(self.adapters)}, active={self.active!r}"
@@ -220,10 +224,8 @@ def merged(model: nn.Module):
         with torch.no_grad():
             for _, m in _wrappers(model):
                 if (name := m.active) in m.adapters:
-                    W = m.base.weight
-                    saved.append((m, W.data, name))
-                    W.data = (W.float() + m.lora_B[name].float() @ m.lora_A[name].float() * m.scaling(name)).to(W.dtype)
-                    m.active = None
+                    saved.append((m, m.base.weight.data, name))
+                    m.base.weight.data, m.active = m.merged_weight(name), None
         yield model
     finally:
         for m, data, name in saved:
@@ -311,15 +313,11 @@ def merge_adapter(model: nn.Module, name: str) -> int:
     """For export: W += (alpha/r) * B @ A (computed in fp32, stored in W's dtype) in every layer holding
     `name`, then replace *all* wrappers by their plain nn.Linear (other adapters are dropped). The model
     is then an ordinary HF model for save_pretrained. Returns the number of merged layers."""
-    _check_name(model, name)
-    merged = 0
+    count = len(_check_name(model, name))
     with torch.no_grad():
         for path, m in _wrappers(model):
             if name in m.adapters:
-                W = m.base.weight
-                delta = m.lora_B[name].float() @ m.lora_A[name].float() * m.scaling(name)   # (out, in)
-                W.copy_((W.float() + delta).to(W.dtype))
-                merged += 1
+                m.base.weight.copy_(m.merged_weight(name))
             parent, _, attr = path.rpartition(".")
-            setattr(model.get_submodule(parent) if parent else model, attr, m.base)
-    return merged
+            setattr(model.get_submodule(parent), attr, m.base)   # get_submodule("") is the model
+    return count

@@ -53,9 +53,10 @@ def left_pad(prompts, pad_id, device):
     ids = torch.full((len(prompts), L), pad_id, dtype=torch.long)
     mask = torch.zeros((len(prompts), L), dtype=torch.long)
     for i, p in enumerate(prompts):
-        if p:
-            ids[i, L - len(p):] = torch.tensor(p)
-            mask[i, L - len(p):] = 1
+        if len(p) == 0:
+            raise ValueError("empty prompt: every prompt needs at least one token")
+        ids[i, L - len(p):] = torch.tensor(p)
+        mask[i, L - len(p):] = 1
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     return ids.to(device), mask.to(device), positions.to(device)
 
@@ -73,8 +74,7 @@ def pick(logits, temperature, top_k, top_p, generator):
     if top_p < 1.0:
         sorted_logits, order = scaled.sort(-1, descending=True)
         probs = sorted_logits.softmax(-1)
-        # drop a token when the tokens ranked above it already reach top_p (the first always stays)
-        drop = probs.cumsum(-1) - probs >= top_p
+        drop = probs.cumsum(-1) - probs >= top_p  # the tokens ranked above it already reach top_p
         drop[:, 0] = False  # the most likely token always stays (top_p = 0 is greedy, not NaN)
         scaled = scaled.scatter(-1, order, sorted_logits.masked_fill(drop, float("-inf")))
     tokens = torch.multinomial(scaled.softmax(-1), 1, generator=generator)[:, 0]
@@ -101,10 +101,8 @@ def sample(model, prompts, n=1, max_new_tokens=256, temperature=1.0, top_p=1.0, 
     rows = [p for p in prompts for _ in range(n)]
     if not rows:
         return []
-    if any(len(p) == 0 for p in rows):
-        raise ValueError("empty prompt: every prompt needs at least one token")
+    ids, mask, positions = left_pad(rows, pad_id, device)  # raises on an empty prompt
     stops = torch.tensor(sorted(set(stop_ids) | {pad_id}), device=device)
-    ids, mask, positions = left_pad(rows, pad_id, device)
     cache = DynamicCache(config=model.config)
     kw = {cache_kw(model): cache, "use_cache": True}
     logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=1,
@@ -197,11 +195,10 @@ def draw(logits, temperature, generator):
     """Sample on the device without host sync: argmax of log p - log(Exp(1) noise) (the Gumbel-max
     trick) draws exactly from softmax(logits / T). Returns (tokens, log-probs at temperature T).
     The reference for `draw_fused`, and what runs where Triton is missing (the CPU)."""
+    logp = torch.log_softmax(logits.float() / temperature if temperature else logits.float(), -1)
     if temperature == 0:
-        logp = torch.log_softmax(logits.float(), -1)
         tokens = logp.argmax(-1)
     else:
-        logp = torch.log_softmax(logits.float() / temperature, -1)
         noise = torch.empty_like(logp).exponential_(generator=generator)
         tokens = noise.log_().neg_().add_(logp).argmax(-1)
     return tokens, logp.gather(-1, tokens[:, None])[:, 0]
@@ -275,12 +272,10 @@ def sample_fast(model, prompts, n=1, max_new_tokens=256, temperature=1.0, stop_i
     rows = [p for p in prompts for _ in range(n)]
     if not rows:
         return []
-    if any(len(p) == 0 for p in rows):
-        raise ValueError("empty prompt: every prompt needs at least one token")
-    B, Lp = len(rows), max(len(p) for p in rows)
+    ids, pmask, positions = left_pad(rows, pad_id, device)  # raises on an empty prompt
+    B, Lp = ids.shape
     L = Lp + max_new_tokens
     stops = torch.tensor(sorted(set(stop_ids) | {pad_id}), device=device)
-    ids, pmask, positions = left_pad(rows, pad_id, device)
     cache = StaticKV(model.config, B, L, device, model.get_input_embeddings().weight.dtype)
     # prefill mask (B, 1, Lp, L): causal, no padding keys; a padding query sees itself (finite rows)
     real = pmask.bool()[:, None, None, :]
@@ -363,10 +358,7 @@ def sample_fast(model, prompts, n=1, max_new_tokens=256, temperature=1.0, stop_i
         if saved_device is not None:
             torch.cuda.set_device(saved_device)
     out_tok, out_lp, stop_set = out_tok.tolist(), out_lp.tolist(), set(stops.tolist())
-    result = []
-    for i in range(B):  # a row ends at its first stop id; what a done row drew later is dropped
-        ends = [j for j, t in enumerate(out_tok[i]) if t in stop_set]
-        length = ends[0] + 1 if ends else max_new_tokens
-        result.append(Completion(i // n, out_tok[i][:length], out_lp[i][:length],
-                                 "stop" if ends else "length"))
-    return result
+    # a row ends at its first stop id (end = None: no stop); what a done row drew later is dropped
+    ends = [next((j + 1 for j, t in enumerate(row) if t in stop_set), None) for row in out_tok]
+    return [Completion(i // n, out_tok[i][:e], out_lp[i][:e], "stop" if e else "length")
+            for i, e in enumerate(ends)]
