@@ -80,8 +80,6 @@ def build_tiny(path, seed=0):
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = transformers.Qwen3ForCausalLM(config)
-    model.generation_config.eos_token_id = config.eos_token_id
-    model.generation_config.pad_token_id = tok.pad_token_id
     model.save_pretrained(path)
     tok.save_pretrained(path)
 

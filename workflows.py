@@ -42,9 +42,6 @@ _CODE_ANSWER = "Put your complete solution in a single ```python code block."
 PROMPTS = {
     "math": {
         "generator": "Solve the following math problem. " + _MATH_ANSWER + "\n\nProblem: {problem}",
-        "retry": "Solve the following math problem. " + _MATH_ANSWER + "\n\nProblem: {problem}\n\n"
-                 "Your earlier attempts and a reviewer's feedback on them:\n\n{history}\n\n"
-                 "Write a new, complete solution that fixes the issues the reviewer raised. " + _MATH_ANSWER,
         "evaluator": "You are reviewing a solution to a math problem.\n\nProblem: {problem}\n\n{history}\n\n"
                      "Check the latest attempt carefully. If its final answer is right, end with "
                      "\\boxed{{Correct}}. Otherwise state the main issue in one or two sentences, without "
@@ -63,9 +60,6 @@ PROMPTS = {
     },
     "code": {
         "generator": "Solve the following programming task in Python. " + _CODE_ANSWER + "\n\nTask: {problem}",
-        "retry": "Solve the following programming task in Python. " + _CODE_ANSWER + "\n\nTask: {problem}\n\n"
-                 "Your earlier attempts and a reviewer's feedback on them:\n\n{history}\n\n"
-                 "Write a new, complete solution that fixes the issues the reviewer raised. " + _CODE_ANSWER,
         "evaluator": "You are reviewing a Python solution to a programming task.\n\nTask: {problem}\n\n"
                      "{history}\n\nCheck the latest attempt carefully: does it solve the task on every "
                      "input? If yes, end with \\boxed{{Correct}}. Otherwise state the main issue in one or "
@@ -83,6 +77,9 @@ PROMPTS = {
                        "mistakes, and write the final program. " + _CODE_ANSWER,
     },
 }
+for _p, _answer in ((PROMPTS["math"], _MATH_ANSWER), (PROMPTS["code"], _CODE_ANSWER)):  # generator + history
+    _p["retry"] = (_p["generator"] + "\n\nYour earlier attempts and a reviewer's feedback on them:\n\n{history}"
+                   "\n\nWrite a new, complete solution that fixes the issues the reviewer raised. " + _answer)
 ATTEMPT, REVIEW, SOLUTION = "Attempt {k}:\n{text}", "Review of attempt {k}:\n{text}", "Solution {k}:\n{text}"
 
 ROLES = {"single": ["generator"], "evalopt": ["generator", "evaluator"],
@@ -211,18 +208,13 @@ def _stage(policy, role, episodes, jobs):
     calls = policy(role, [text for _, _, text in jobs])
     out = []
     for (i, instance, _), c in zip(jobs, calls):
-        turn = None
-        if c is None:
+        turn = None if c is None else Turn(role, instance, **vars(c))  # Call's fields, by name
+        if turn is None:
             episodes[i].facts["prompt_too_long"] = True
         else:
-            turn = Turn(role, instance, c.prompt_ids, c.completion_ids, c.logprobs, c.finish, c.text)
             episodes[i].turns.append(turn)
         out.append((i, turn))
     return out
-
-
-def _numbered(texts, template=SOLUTION):
-    return "\n\n".join(template.format(k=k, text=t) for k, t in enumerate(texts, 1))
 
 
 def _history(attempts, reviews):
@@ -290,8 +282,9 @@ def _answers(policy, role, eps, jobs):
 
 def _compare_jobs(role, probs, tasks, texts):
     """The aggregator's / synthesizer's jobs: the problem and an episode's numbered solutions."""
-    return [(i, role, PROMPTS[tasks[i]][role].format(problem=probs[i]["prompt"], solutions=_numbered(texts[i]),
-                                                     n=len(texts[i]))) for i in range(len(texts)) if texts[i]]
+    numbered = lambda ts: "\n\n".join(SOLUTION.format(k=k, text=t) for k, t in enumerate(ts, 1))
+    return [(i, role, PROMPTS[tasks[i]][role].format(problem=probs[i]["prompt"], solutions=numbered(ts),
+                                                     n=len(ts))) for i, ts in enumerate(texts) if ts]
 
 
 def _voting(eps, probs, tasks, policy, n_voters=3, **_):
@@ -356,19 +349,15 @@ def run_workflow(workflow, problems, group_size, policy, task=None, rounds=None,
 def grade_episodes(workflow, eps, problems, group_size, diagnose=True):
     """Grade every final answer, plus (diagnose) every intermediate answer, in ONE rewards.grade call;
     identical (episode, text) pairs are graded once (code grading runs subprocesses)."""
-    probs = [p for p in problems for _ in range(group_size)]
     wanted = {(i, ep.final) for i, ep in enumerate(eps) if ep.final is not None}
     if diagnose:
         wanted |= {(i, t.text) for i, ep in enumerate(eps) for t in ep.turns if t.role in ANSWER_ROLES}
     wanted = sorted(wanted)
-    graded = dict(zip(wanted, rewards.grade([text for _, text in wanted], [probs[i] for i, _ in wanted])
-                           if wanted else []))
+    graded = dict(zip(wanted, rewards.grade([text for _, text in wanted],
+                                            [problems[i // group_size] for i, _ in wanted]) if wanted else []))
     for i, ep in enumerate(eps):
-        if ep.final is None:
-            ep.reward, ep.status = 0.0, "prompt_too_long"
-        else:
-            ep.reward, ep.status = graded[(i, ep.final)]
-            ep.reward = float(ep.reward)
+        reward, ep.status = (0.0, "prompt_too_long") if ep.final is None else graded[(i, ep.final)]
+        ep.reward = float(reward)
         for t in ep.turns:
             t.reward = ep.reward
         if diagnose:
