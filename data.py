@@ -138,11 +138,11 @@ def load_problems(path: str, task: str | None = None, limit: int | None = None) 
         if task is not None and prob["task"] != task:
             raise ValueError(f"{path}:{where}: this {fmt} row is a {prob['task']} problem, but task={task!r} was asked for")
         rid = next((row[k] for k in ("id", "task_id", "problem_id", "unique_id") if k in row), None)
-        prob["id"] = rid if isinstance(rid, str) else f"{p.stem}-{rid if rid is not None else where}"
-        if prob["id"] in seen:  # ids are GRPO group keys: two problems must never share one
-            raise ValueError(f"{path}:{where}: duplicate id {prob['id']!r} (also at {seen[prob['id']]})")
-        seen[prob["id"]] = where
-        problems.append({"id": prob.pop("id"), **prob})
+        pid = rid if isinstance(rid, str) else f"{p.stem}-{rid if rid is not None else where}"
+        if pid in seen:  # ids are GRPO group keys: two problems must never share one
+            raise ValueError(f"{path}:{where}: duplicate id {pid!r} (also at {seen[pid]})")
+        seen[pid] = where
+        problems.append({"id": pid, **prob})
     if not problems:
         raise ValueError(f"{path}: no problems in this file")
     return problems

@@ -34,9 +34,8 @@ from data import builtin_problems, load_problems
 from models import TINY, load_default_model
 from rewards import last_boxed
 from train import checkpoints
-from workflows import ROLES, make_policy, parse_verdict, run_workflow
+from workflows import ANSWER_ROLES as SOLVERS, ROLES, make_policy, parse_verdict, run_workflow
 
-SOLVERS = ("generator", "worker")  # the roles --transfer solvers gives the single-agent adapter
 EVAL_KEYS = ("n", "temperature", "greedy", "max_new_tokens", "top_p", "max_prompt_tokens", "rounds", "voters",
              "ks", "seed", "chunk")  # settings that evaluate() takes as they are
 
@@ -57,7 +56,7 @@ def load_adapters(model, path, workflow, transfer=None):
     shared.safetensors, else IP (a file per role type); with `transfer`, its shared or generator adapter."""
     if not os.path.isdir(path):
         raise FileNotFoundError(f"no such adapter folder: {path}")
-    path = os.path.join(path, checkpoints(path)[-1]) if checkpoints(path) else path
+    path = os.path.join(path, *checkpoints(path)[-1:])  # a run directory: its last step folder
     files = {f[:-12]: os.path.join(path, f) for f in sorted(os.listdir(path)) if f.endswith(".safetensors")}
     if transfer:
         names, mode = {"transfer": files.get("shared") or files.get("generator")}, transfer

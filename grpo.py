@@ -116,13 +116,10 @@ def completion_logprobs(model, prompts, completions, temperature=1.0, chunk_toke
     the sampling temperature, as the sampler does. Returns two lists of (len(completion),) tensors."""
     device = next(model.parameters()).device
     seqs = [p + c for p, c in zip(prompts, completions)]
-    L = max(len(s) for s in seqs)
-    ids = torch.zeros((len(seqs), L), dtype=torch.long)
-    mask = torch.zeros((len(seqs), L), dtype=torch.long)
+    ids = torch.zeros((len(seqs), max(map(len, seqs))), dtype=torch.long)
     rows, cols, targets = [], [], []
     for i, (p, c) in enumerate(zip(prompts, completions)):
-        ids[i, :len(p) + len(c)] = torch.tensor(p + c)
-        mask[i, :len(p) + len(c)] = 1
+        ids[i, :len(seqs[i])] = torch.tensor(seqs[i])
         rows += [i] * len(c)
         cols += range(len(p) - 1, len(p) + len(c) - 1)  # position t predicts token t + 1
         targets += c
