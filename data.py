@@ -13,9 +13,12 @@ MBPP (text, test_list; test_setup_code goes into test_code, as it uses the solut
 test, entry_point); io-test rows (prompt/question/problem + io_tests, inputs/outputs or APPS-style input_output).
 Left out: downloading data sets, splitting a user's file (pass separate train/test files).
 """
+import ast
+import builtins
 import hashlib
 import json
 import random
+import re
 from pathlib import Path
 
 from rewards import gold_answer, last_boxed
@@ -60,6 +63,12 @@ def _parse_row(row: dict) -> tuple[str, dict]:
              "test_code": (setup + "\n" if setup.strip() else "") + asserts}
         if isinstance(row.get("code"), str):
             p["solution"] = row["code"].replace("\r\n", "\n")
+        # the entry point: the first function the tests call that the reference defines (it may be named like a
+        # builtin, as mbpp-126's `sum`: only it may shadow one in the tests), else the first non-builtin one
+        called = [n.func.id for n in ast.walk(ast.parse(asserts)) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)]
+        defined = set(re.findall(r"(?m)^def\s+(\w+)", p.get("solution", "")))
+        if ep := next((n for n in called if n in defined), None) or next((n for n in called if n not in dir(builtins)), None):
+            p["entry_point"] = ep
         return "MBPP", p
     if {"prompt", "test", "entry_point"} <= keys:
         prompt = _text(row, "prompt")

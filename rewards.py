@@ -1,22 +1,37 @@
 """Rewards: math answer checking and sandboxed code execution, the only signal GRPO learns from.
 
 math_check: the last \\boxed{} (or \\fbox, `\\boxed 5`) vs the gold answer after normalization (LaTeX, units, 1,000,
-percent, ...), exactly as numbers, else by sympy in a timed helper process; element-wise for tuples/intervals/lists.
-Status correct | wrong | no_answer (no or empty box) | error (sympy timeout, too large to evaluate, empty gold).
+percent, ...), exactly as numbers, else as values by sympy in a timed helper process; element-wise for tuples/intervals/
+lists. Status correct | wrong | no_answer (no or empty box) | error (sympy timeout, over 1000 characters, empty gold).
+Guaranteed (tests/test_rewards.py): an infinity equals only the same infinity; NaN, complex infinity and overflowing
+values equal nothing; finite values agree exactly (rationals) or to a relative 1e-9 at 50 digits (no absolute floor,
+so 10^{-400} is not 0); juxtaposed numbers ('9 9') are not a product; symbolic answers are compared at three exact
+points, never by unbounded simplification; normalisation is linear (whitespace collapsed first, long answers refused).
 code_check: the last fenced block (```python first) must pass every test. Status pass | fail | timeout (wall clock,
-CPU limit or batch budget) | no_code | error (no tests, or the sandbox failed). grade() scores a batch in parallel
-under a total time budget. Everything fails closed (scores 0).
+CPU limit or batch budget) | no_code | bad_problem (no tests, tests that assert nothing or do not parse, check() with
+no entry point, an io test expecting no output) | error (the sandbox failed). grade() scores a batch in parallel under
+a total time budget. Everything fails closed (scores 0).
 
 Sandbox, per run: `python -S` in its own session, temp dir and scrubbed environment. It forks: the parent keeps the
 caller's identity and only enforces the wall clock; the child dies with it (PR_SET_PDEATHSIG), drops to `nobody`
 when the caller is root, sets rlimits (CPU, memory, file size, NPROC 1, no core, 64 fds), installs an audit hook
-refusing kill, process creation, ctypes, sockets, tracing, frame/gc introspection, reading /proc and writing outside
-its dir, then runs setup, solution and tests (with the builtins restored). A pass needs exit 0 *and* a random nonce
-written to a private pipe after every test ran. The caller compares stdin/stdout tests and kills the process group.
+refusing kill, process creation, ctypes, sockets, tracing, other audit hooks, frame/gc introspection, reading /proc
+and writing outside its dir. Guaranteed, each by an adversarial test:
+- The pass signal is out of the program's reach: a pass needs exit 0 *and* a random nonce written to a private pipe
+  after every test ran, and the nonce is only a local of the thread that runs setup, program and tests. That thread
+  is not the main one, so Python refuses it signal handlers (whose frame argument led back to the harness); frames
+  are refused otherwise (sys._getframe, tracebacks' and generators' frames, tracing, sys.monitoring removed).
+- The tests do not trust the program's objects: their comparisons and arithmetic are rewritten (ast) to refuse a
+  value of trusted types (built-in and C types, containers of them, an unmodified Counter) meeting an object of a
+  class defined in Python, so an always-equal object or int subclass passes no `==`, `in` or `abs(x - y) < eps`.
+- The tests run in their own namespace: the real builtins (a private copy; only the problem's entry point may be
+  named like one), the setup's (the prompt's) helpers over the program's redefinitions of them.
+- The caller compares stdin/stdout tests itself and kills the process group; malformed problems never pass.
 
 NOT protected against (run large-scale untrusted code in a container or VM):
-- Wrong-but-passing answers: an always-True __eq__, monkeypatching a module the tests use, special-casing tests.
-- A program written against this harness: it can reach the harness's frames and forge the nonce.
+- Wrong-but-passing answers the tests cannot see: special-casing the (often visible) tests, monkeypatching a module
+  the tests import (math.isclose), objects of C types that compare by their contents (e.g. a numpy object array
+  holding an always-equal object), comparisons between two program objects.
 - As non-root the program runs as you, behind only the audit hook, which can be evaded (os.pidfd_open +
   signal.pidfd_send_signal are not audited); as root, `nobody` can still read world-readable files and signal
   other `nobody` processes.
@@ -24,6 +39,7 @@ NOT protected against (run large-scale untrusted code in a container or VM):
 Needs Linux >= 5.3 (pidfd); without sympy only numeric and string equivalence is used.
 Tests: python -m pytest -q tests/test_rewards.py; throughput: python bench/rewards.py.
 """
+import ast
 import contextlib
 import json
 import os
@@ -369,16 +385,16 @@ def final_answer(completion: str, task: str) -> str | None:
 
 def degenerate(completion: str, task: str) -> bool:
     """A reward-hacking tell (for the monitor, never for the reward): a math answer that is not a finite value
-    (infinity, NaN, an overflowing number, no digit at all); a program that defines __eq__ / __ne__."""
+    (infinity, NaN, an overflowing power or exponent, no digit at all); a program defining __eq__ / __ne__."""
     if task == "code":
-        code = extract_code(completion) or ""
-        return bool(re.search(r"def\s+__(eq|ne)__", code))
+        return bool(re.search(r"def\s+__(eq|ne)__", extract_code(completion) or ""))
     key = final_answer(completion, "math")
-    return key is not None and (not any(c.isdigit() for c in key) or bool(re.search(r"infty|oo|nan|inf", key)))
+    return key is not None and (not re.search(r"\d", key) or bool(re.search(r"infty|oo|nan|inf|e\+?\d{3}|\^\{?\d{3}", key)))
 
 
 # ----------------------------------------------------------------------------------------------- code
 
+_CHECK = re.compile(r"(?m)^def check\(")  # HumanEval's tests: a top-level check(candidate), called on the entry point
 _FENCE = re.compile(r"```[ \t]*([\w+.#-]*)[^\n]*\n(.*?)```", re.S)
 
 
@@ -400,10 +416,12 @@ class ExecResult:
 
 
 # Runs in the sandbox process. Everything it uses once the program runs is a local (or a default argument) bound
-# beforehand: a program can rebind globals and builtins (__main__.exec = ...), but not the frames holding these.
+# beforehand: a program can rebind globals and builtins (__main__.exec = ...), but not the frames holding these,
+# and it runs in a second thread, where Python refuses to install signal handlers (a handler's frame argument
+# would lead back to these frames); frames are otherwise refused by the audit hook.
 _HARNESS = r"""
 def main():
-    import builtins, ctypes, json, os, resource, signal, sys  # locals, like everything below
+    import _collections, _thread, ast, builtins, collections, ctypes, json, os, resource, signal, sys
     job_path, result_fd = sys.argv[1], int(sys.argv[2])
     with open(job_path) as f:
         job = json.load(f)
@@ -433,14 +451,15 @@ def main():
     libc.prctl(1, int(signal.SIGKILL))                       # PR_SET_PDEATHSIG; setuid clears it, so after
     if os.getppid() != parent:
         os._exit(1)
-    for res, soft, hard in ((resource.RLIMIT_CPU, job["cpu"], job["cpu"] + 1), (resource.RLIMIT_AS, job["mem"], job["mem"]),
-                            (resource.RLIMIT_FSIZE, job["fsize"], job["fsize"]), (resource.RLIMIT_NPROC, 1, 1),
-                            (resource.RLIMIT_CORE, 0, 0), (resource.RLIMIT_NOFILE, 64, 64)):
-        resource.setrlimit(res, (soft, hard))
-    work, realpath, fsdecode, write, exit_, run, is_callable = (os.path.realpath(".") + os.sep, os.path.realpath,
-                                                                os.fsdecode, os.write, os._exit, exec, callable)
+    def limit():  # NPROC 1 refuses new threads and processes: called once the worker thread exists
+        for res, lim in ((resource.RLIMIT_CPU, (job["cpu"], job["cpu"] + 1)), (resource.RLIMIT_AS, (job["mem"],) * 2),
+                         (resource.RLIMIT_FSIZE, (job["fsize"],) * 2), (resource.RLIMIT_NPROC, (1, 1)),
+                         (resource.RLIMIT_CORE, (0, 0)), (resource.RLIMIT_NOFILE, (64, 64))):
+            resource.setrlimit(res, lim)
+    work, realpath, fsdecode, write, exit_, run = (os.path.realpath(".") + os.sep, os.path.realpath, os.fsdecode,
+                                                   os.write, os._exit, exec)
     deny = {"os.kill", "os.killpg", "os.fork", "os.forkpty", "os.exec", "os.posix_spawn", "os.spawn", "os.system",
-            "subprocess.Popen", "resource.prlimit", "sys.settrace", "sys.setprofile", "sys._current_frames",
+            "subprocess.Popen", "resource.prlimit", "sys.settrace", "sys.setprofile", "sys._current_frames", "sys.addaudithook",
             "sys._current_exceptions", "gc.get_objects", "gc.get_referrers", "gc.get_referents"}
     path_events = {"os.remove": 1, "os.rmdir": 1, "os.mkdir": 1, "os.chmod": 1, "os.chown": 1, "os.utime": 1,
                    "os.symlink": 1, "os.rename": 2, "os.link": 2, "os.truncate": 0, "shutil.rmtree": 1}
@@ -464,28 +483,92 @@ def main():
             if any(isinstance(a, paths) and not inside(a) for a in args) or \
                     any(a not in (None, -1) for a in args[len(args) - n:] if n):
                 raise PermissionError("sandbox: " + event)
-    g = {"__name__": "__main__", "__builtins__": builtins}
     if job["mode"] == "io":                               # a script: SystemExit ends it as usual
         code = compile(job["code"], "<solution>", "exec")
+        limit()
         sys.addaudithook(hook)
-        return run(code, g)
-    nonce, ep, check = job.pop("nonce").encode(), job["entry_point"], "def check(" in job["tests"]
+        return run(code, {"__name__": "__main__", "__builtins__": builtins})
+    # Strict comparisons for the tests: a comparison or arithmetic between a value of trusted types (built-in
+    # and C types, containers of them) and an object of a class defined in Python raises, so an always-equal
+    # object (a plain class or an int subclass) cannot pass `assert f(x) == 7` or `abs(f(x) - 7) < 1e-6`.
+    flags, items, seqs = type.__dict__["__flags__"].__get__, dict.items, (list, tuple, set, frozenset, _collections.deque)
+    counter, counter_dict = collections.Counter, dict(vars(collections.Counter))  # a Python class, so: unchanged?
+    def plain(x, type=type, isinstance=isinstance, all=all, vars=vars):  # a class statement makes a mutable heap type
+        t = type(x)
+        if flags(t) & 512 and not flags(t) & 256 and not (t is counter and vars(t) == counter_dict):
+            return False
+        if isinstance(x, dict):
+            return all(plain(k) and plain(v) for k, v in items(x))
+        return all(plain(v) for v in x) if isinstance(x, seqs) else True
+    def arith(op, a, b, TypeError=TypeError):
+        if plain(a) != plain(b):
+            raise TypeError("sandbox: a value met an object of a class defined in Python")
+        return op(a, b)
+    def cmp(ops, *thunks, len=len):  # a chain a < b < c: each operand evaluated once, as Python does
+        a = thunks[0]()
+        for k, op in enumerate(ops):
+            b = thunks[k + 1]()
+            r = arith(op, a, b)
+            if not r or k + 1 == len(ops):
+                return r
+            a = b
+    fn = lambda args, body: ast.Lambda(ast.arguments(posonlyargs=[], args=[ast.arg(a) for a in args], kwonlyargs=[],
+                                                     kw_defaults=[], defaults=[]), body)
+    x, y, call = ast.Name("x", ast.Load()), ast.Name("y", ast.Load()), lambda f, *a: ast.Call(ast.Name(f, ast.Load()), list(a), [])
+    class Strict(ast.NodeTransformer):
+        def visit_Compare(self, node):
+            self.generic_visit(node)
+            if all(isinstance(o, (ast.Is, ast.IsNot)) for o in node.ops):
+                return node
+            ops = ast.Tuple([fn("xy", ast.Compare(x, [o], [y])) for o in node.ops], ast.Load())
+            return call("_sbx_cmp", ops, *(fn("", e) for e in [node.left, *node.comparators]))
+        def visit_BinOp(self, node):
+            self.generic_visit(node)
+            return call("_sbx_bin", fn("xy", ast.BinOp(x, node.op, y)), node.left, node.right)
+    nonce, ep, check = job.pop("nonce").encode(), job["entry_point"], job["check"]
     saved, bdict = dict(builtins.__dict__), builtins.__dict__
     clear, update = bdict.clear, bdict.update
+    def worker(nonce, go):
+        go.acquire()
+        try:
+            setup_ns = {"__name__": "__main__", "__builtins__": builtins}
+            run(codes[0], setup_ns)
+            g = dict(setup_ns)
+            run(codes[1], g)
+            clear(); update(saved)
+            # the tests' namespace: the program's names except those shadowing a builtin (the entry point may),
+            # the setup's names over the program's (e.g. a helper the prompt gave), private builtins, strict ops
+            tb = dict(saved)
+            ns = {k: v for k, v in g.items() if k not in tb or k == ep}
+            ns.update({k: v for k, v in setup_ns.items() if k != ep}, __builtins__=tb, _sbx_cmp=cmp, _sbx_bin=arith)
+            run(codes[2], ns)
+            if check:
+                ns["check"](ns[ep])
+        except BaseException as e:
+            write(2, ("harness: %r" % (e,))[:2000].encode("utf-8", "replace"))
+            exit_(1)
+        write(result_fd, nonce)
+        exit_(0)
     try:
-        codes = [compile(job[k], "<" + k + ">", "exec", dont_inherit=True, optimize=0) for k in ("setup", "code", "tests")]
-        sys.addaudithook(hook)
-        run(codes[0], g)
-        run(codes[1], g)
-        clear(); update(saved); g["__builtins__"] = builtins   # the tests see the builtins from before the program
-        run(codes[2], g)
-        if ep and check and is_callable(g.get("check")):
-            g["check"](g[ep])
-    except BaseException as e:
+        tree = ast.fix_missing_locations(Strict().visit(ast.parse(job["tests"])))
+        codes = [compile(job["setup"], "<setup>", "exec", dont_inherit=True, optimize=0),
+                 compile(job["code"], "<code>", "exec", dont_inherit=True, optimize=0),
+                 compile(tree, "<tests>", "exec", dont_inherit=True, optimize=0)]
+    except BaseException as e:  # a syntax error in the program
         write(2, ("harness: %r" % (e,))[:2000].encode("utf-8", "replace"))
         exit_(1)
-    write(result_fd, nonce)
-    exit_(0)
+    go, wait = _thread.allocate_lock(), _thread.allocate_lock()
+    go.acquire(); wait.acquire()
+    _thread.start_new_thread(worker, (nonce, go))  # not threading.Thread: its object would hold the arguments
+    del nonce
+    limit()
+    sys.addaudithook(hook)
+    vars(sys).pop("monitoring", None)  # 3.12+: its callbacks see the code objects of the tests
+    go.release()
+    try:
+        wait.acquire()  # forever: the worker ends the process
+    except BaseException:
+        exit_(1)
 main()
 """
 
@@ -513,7 +596,7 @@ def run_python(code: str, tests: str = "", *, setup: str = "", entry_point: str 
         uid = gid = 65534
     nonce, cap = secrets.token_hex(16), OUTPUT_MB << 20
     job = dict(mode="test" if stdin is None else "io", setup=setup, code=code, tests=tests, entry_point=entry_point,
-               nonce=nonce, timeout=timeout, path=_SITE, uid=uid, gid=gid, cpu=int(timeout) + 1,
+               check=bool(entry_point and _CHECK.search(tests)), nonce=nonce, timeout=timeout, path=_SITE, uid=uid, gid=gid, cpu=int(timeout) + 1,
                mem=memory_mb << 20, fsize=cap)
     work, proc = tempfile.mkdtemp(prefix=WORKDIR_PREFIX), None
     rfd, wfd = os.pipe()
@@ -574,15 +657,29 @@ def run_python(code: str, tests: str = "", *, setup: str = "", entry_point: str 
     return ExecResult(status, rc, out, err, time.monotonic() - t0)
 
 
+def bad_problem(problem: dict) -> str | None:
+    """Why a code problem cannot tell a right program from a wrong one (then nothing passes), or None."""
+    tests, io_tests, ep = problem.get("test_code") or "", problem.get("io_tests") or [], problem.get("entry_point")
+    try:
+        tree = ast.parse(tests)
+    except SyntaxError:
+        return "test_code does not parse"
+    return next((why for bad, why in (
+        (not tests.strip() and not io_tests, "no tests"),
+        (tests.strip() and not any(isinstance(n, (ast.Assert, ast.Raise)) for n in ast.walk(tree)), "tests assert nothing"),
+        (_CHECK.search(tests) and not (isinstance(ep, str) and ep.isidentifier()), "check(candidate) but no entry_point"),
+        (any(not str(case.get("output", "")).strip() for case in io_tests), "an io test expects no output")) if bad), None)
+
+
 def code_check(completion: str, problem: dict, deadline: float | None = None) -> tuple[float, str]:
     """(reward, status) of a code completion. Each run gets problem.get("timeout", TIMEOUT_S) seconds, capped by
-    `deadline` (a time.monotonic() value)."""
+    `deadline` (a time.monotonic() value). A malformed problem (see bad_problem) scores 0 with 'bad_problem'."""
+    if bad_problem(problem):
+        return 0.0, "bad_problem"
     code = extract_code(completion)
     if code is None:
         return 0.0, "no_code"
     tests, io_tests = problem.get("test_code") or "", problem.get("io_tests") or []
-    if not tests.strip() and not io_tests:
-        return 0.0, "error"  # nothing to pass: never reward
     limit = lambda: min(problem.get("timeout", TIMEOUT_S), float("inf") if deadline is None else deadline - time.monotonic())
     if tests.strip():
         r = run_python(code, tests, setup=problem.get("setup_code") or "", entry_point=problem.get("entry_point"),

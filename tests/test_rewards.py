@@ -78,16 +78,24 @@ def test_math_statuses():
 def test_math_sympy_time_limit_in_a_thread(monkeypatch):
     """A slow symbolic comparison must not hang training: sympy runs in a helper process with a time limit that
     works off the main thread (no signal.alarm); past it the status is 'error' and the next call starts afresh.
-    (A tiny limit stands in for a pathological input: the obvious ones are refused before sympy sees them.)"""
-    R.math_check("\\boxed{x+1}", "1+x")  # start the helper outside the timed part
-    monkeypatch.setattr(R, "SYMPY_TIMEOUT_S", 1e-4)
+    (A helper that sleeps stands in for a pathological input: the known ones are refused before sympy sees them.)"""
+    def restart(worker):
+        monkeypatch.setattr(R, "_SYMPY_WORKER", worker)
+        if R._SYMPY.proc is not None:
+            R._SYMPY.proc.kill()
+            R._SYMPY.proc.wait()
+            R._SYMPY.proc = None
+    original = R._SYMPY_WORKER
+    restart(original.replace("for line in sys.stdin:", "import time\nfor line in sys.stdin:\n    time.sleep(30 * ('q' in line))"))
+    assert R.math_check("\\boxed{x+1}", "1+x") == (1.0, "correct")  # starts the helper outside the timed part
+    monkeypatch.setattr(R, "SYMPY_TIMEOUT_S", 0.5)
     out = {}
     t = threading.Thread(target=lambda: out.update(r=R.math_check("\\boxed{q^3+3q^2+3q+1}", "(q+1)^3")))
     t0 = time.monotonic()
     t.start()
     t.join(30)
     assert out["r"] == (0.0, "error") and time.monotonic() - t0 < 2
-    monkeypatch.setattr(R, "SYMPY_TIMEOUT_S", 2.0)
+    restart(original)
     assert R.math_check("\\boxed{2x}", "x+x") == (1.0, "correct")
 
 
@@ -190,7 +198,7 @@ def test_code_pass_fail_and_statuses():
     assert R.code_check(fence("def add(a, b):\n    return a - b"), prob) == (0.0, "fail")
     assert R.code_check(fence("def add(a, b) return"), prob) == (0.0, "fail")  # syntax error
     assert R.code_check("def add(a, b):\n    return a + b", prob) == (0.0, "no_code")
-    assert R.code_check(fence("x = 1"), {"task": "code", "prompt": ""}) == (0.0, "error")  # no tests: never 1
+    assert R.code_check(fence("x = 1"), {"task": "code", "prompt": ""}) == (0.0, "bad_problem")  # no tests: never 1
     assert R.code_reward(fence("def add(a, b):\n    return a + b"), prob) == 1.0
 
 
@@ -355,6 +363,122 @@ def test_adversary_forges_the_nonce_channel():
                   "os._exit(0)", "assert True")
 
 
+FRAME_WALK = """
+import os, signal, sys, _thread, importlib.util, importlib.machinery
+def steal(sig, frame):  # the pass token from any frame below, written to every descriptor
+    while frame is not None:
+        for v in list(frame.f_locals.values()):
+            if isinstance(v, bytes) and len(v) == 32:
+                for fd in range(3, 64):
+                    try:
+                        os.write(fd, v)
+                    except OSError:
+                        pass
+                os._exit(0)
+        frame = frame.f_back
+installed = 0
+fresh = importlib.util.module_from_spec(importlib.machinery.BuiltinImporter.find_spec("_signal"))
+for mod in (signal, fresh):
+    for sig in (signal.SIGALRM, signal.SIGVTALRM, signal.SIGPROF, signal.SIGINT, signal.SIGUSR1, signal.SIGXCPU):
+        try:
+            mod.signal(sig, steal)
+            installed += 1
+        except Exception:
+            pass
+for start in (lambda: signal.setitimer(signal.ITIMER_VIRTUAL, 0.05), lambda: _thread.interrupt_main(),
+              lambda: signal.raise_signal(signal.SIGUSR1)):
+    try:
+        start()
+    except Exception:
+        pass
+def f(x):
+    t = 0
+    for i in range(3_000_000):  # CPU time, so the virtual timer fires here, during the tests
+        t += i
+    return 0
+"""
+
+
+def test_adversary_signal_handler_walks_frames_to_the_token():
+    """Issue 14 (a): a signal handler's frame argument led back to the harness's frames, where the pass token was
+    a local; installed through the signal module or a fresh copy of _signal, started by a timer, interrupt_main
+    or raise_signal. The program now runs in a thread where Python refuses signal handlers."""
+    run_adversary(FRAME_WALK, "assert f(1) == 1", timeout=5)
+
+
+def test_adversary_audit_hook_and_monitoring():
+    """A program's own audit hook would see the tests' code (exec/compile events); sys.monitoring (3.12+) too."""
+    run_adversary("import sys\nseen = []\ntry:\n    sys.addaudithook(lambda e, a: seen.append(e))\nexcept Exception:\n    pass\n"
+                  "open('x.txt', 'w').close()\nmon = hasattr(sys, 'monitoring')", "assert seen or mon")
+
+
+ALWAYS_EQUAL = {  # (name, program defining `def NAME`) that answer "equal" (or "close") to anything
+    "object": "class A:\n    __eq__ = lambda s, o: True\n    __ne__ = lambda s, o: False\n    __lt__ = __le__ = __gt__ = __ge__ = __eq__\n"
+              "    __sub__ = __rsub__ = __add__ = __radd__ = lambda s, o: 0\n    __abs__ = lambda s: 0\n    __hash__ = lambda s: 0\n"
+              "    __contains__ = lambda s, o: True\n    __bool__ = lambda s: True\n    __len__ = lambda s: 1\n"
+              "    __iter__ = lambda s: iter([s])\n    __getitem__ = lambda s, i: s\n    __float__ = lambda s: 0.0\n"
+              "def NAME(*a, **k):\n    return A()\n",
+    "int_subclass": "class B(int):\n    __eq__ = lambda s, o: True\n    __ne__ = lambda s, o: False\n    __hash__ = int.__hash__\n"
+                    "    __sub__ = __rsub__ = lambda s, o: B(0)\ndef NAME(*a, **k):\n    return B(7)\n",
+    "mock_any": "from unittest import mock\ndef NAME(*a, **k):\n    return mock.ANY\n",
+    "in_a_list": "class A:\n    __eq__ = lambda s, o: True\n    __hash__ = lambda s: 0\ndef NAME(*a, **k):\n    return [A(), A()]\n",
+}
+
+
+@pytest.mark.parametrize("kind", list(ALWAYS_EQUAL))
+def test_adversary_always_equal_objects(kind):
+    """Issue 14 (b): an object whose __eq__ (or __sub__, __contains__, ...) always agrees passed `==`, `!=`, `in`,
+    `abs(x - y) < eps`; the tests' comparisons and arithmetic are now strict."""
+    tests = ("assert f(1) == 7\nassert f(2) != 8\nassert abs(f(3) - 2.5) < 1e-6\nassert f(4) in (1, 2)\n"
+             "assert 7 == f(5)\nassert f(6) == [1, 2]\nassert not (f(7) != 3)\nassert 0 <= f(8) < 1\nassert f(9) <= 5")
+    for test in tests.splitlines():
+        run_adversary(ALWAYS_EQUAL[kind].replace("NAME", "f"), test)
+
+
+def test_strict_comparisons_keep_legitimate_answers():
+    """Strictness only refuses untrusted objects: numbers across types, containers, Counter, numpy-free C types,
+    the tests' own classes compared with each other, chains, `is`, and generators all behave as in Python."""
+    prog = ("from collections import Counter, OrderedDict, defaultdict, deque\nclass P:\n    def __init__(s, v):\n"
+            "        s.v = v\n    def __eq__(s, o):\n        return isinstance(o, P) and s.v == o.v\n"
+            "def f(x):\n    return x\ndef c(xs):\n    return Counter(xs)\ndef g(n):\n    return (i for i in range(n))\n")
+    tests = ("assert f(1) == 1.0 and f(2) != 3 and f([1, (2, 3)]) == [1, (2, 3)] and f({1: 'a'}) == {1: 'a'}\n"
+             "assert c('aab') == {'a': 2, 'b': 1} and f(OrderedDict(a=1)) == {'a': 1} and f(deque([1])) == deque([1])\n"
+             "assert f(None) is None and 0 < f(1) < 2 and 'b' in f('abc') and 3 not in f([1, 2])\n"
+             "assert abs(f(2.5) - 2.5) < 1e-9 and list(g(3)) == [0, 1, 2] and f(P(1)) == P(1) and f(P(1)) != P(2)\n"
+             "d = defaultdict(int); d['x'] += 1\nassert f(d) == {'x': 1} and f(True) == 1 and [f(i) * 2 for i in range(3)] == [0, 2, 4]")
+    assert R.code_check(fence(prog), {"task": "code", "prompt": "", "test_code": tests}) == (1.0, "pass")
+
+
+def test_adversary_shadows_builtins_the_tests_call():
+    """Issue 14 (c): module-level functions named like builtins (abs, len, tuple, sorted, isinstance) were what the
+    tests called; the tests now see the real builtins (only the problem's own entry point may shadow one)."""
+    run_adversary("def abs(x):\n    return 0\ndef len(x):\n    return 2\ndef tuple(*a):\n    return ()\n"
+                  "def sorted(x, **k):\n    return [1, 2]\ndef isinstance(*a):\n    return True\ndef f(x):\n    return x\n",
+                  "assert abs(f(5) - 1) < 1e-9\nassert len(f([1])) == 2\nassert tuple(f([1])) == ()\n"
+                  "assert sorted(f([3])) == [1, 2]\nassert isinstance(f(1), str)")
+    # the entry point itself may be named like a builtin (mbpp-126 asks for a function `sum`)
+    prob = {"task": "code", "prompt": "", "test_code": "assert sum(10, 15) == 6", "entry_point": "sum"}
+    assert R.code_check(fence("def sum(a, b):\n    return 6"), prob) == (1.0, "pass")
+    # a helper given by the setup (the prompt) is what the tests call, not the program's replacement of it
+    prob = {"task": "code", "prompt": "", "setup_code": "def poly(x):\n    return x * x - 4\n", "entry_point": "root",
+            "test_code": "def check(candidate):\n    assert abs(poly(candidate())) < 1e-9\n"}
+    assert R.code_check(fence("def poly(x):\n    return 0\ndef root():\n    return 3"), prob) == (0.0, "fail")
+    assert R.code_check(fence("def poly(x):\n    return 0\ndef root():\n    return 2"), prob) == (1.0, "pass")
+
+
+@pytest.mark.parametrize("problem,why", [
+    ({"test_code": "def check(candidate):\n    assert candidate(1) == 2\n"}, "check(candidate) without an entry point"),
+    ({"test_code": "x = 1\nprint(x)"}, "tests that assert nothing"),
+    ({"test_code": "assert f(1) ==\n"}, "tests that do not parse"),
+    ({"io_tests": [{"input": "1\n", "output": ""}]}, "an io test expecting no output"),
+    ({"io_tests": [{"input": "1\n", "output": "1\n"}, {"input": "2\n", "output": "  \n"}]}, "one empty expected output"),
+    ({}, "no tests at all")])
+def test_malformed_problems_fail_closed(problem, why):
+    """Issue 14 (d): a problem that cannot tell right from wrong scores 0 with status bad_problem, whatever the code."""
+    for code in ("def f(x):\n    return 2", "import sys\nsys.exit(0)", "pass"):
+        assert R.code_check(fence(code), {"task": "code", "prompt": "", **problem}) == (0.0, "bad_problem"), why
+
+
 # ------------------------------------------------------------------------------------------------ real data
 
 needs = lambda *parts: pytest.mark.skipif(not DATA.joinpath(*parts).is_file(), reason=f"{'/'.join(parts)} not present")
@@ -388,6 +512,19 @@ def test_humaneval_canonical_solutions_pass():
     # the bare prompt (a stub that returns None) fails every problem
     stubs = R.grade([fence(p["setup_code"] + "    pass\n") for p in probs], probs)
     assert [p["id"] for p, (r, _) in zip(probs, stubs) if r != 0.0] == []
+
+
+@needs("humaneval", "HumanEval.jsonl")
+@needs("mbpp", "mbpp.jsonl")
+def test_always_equal_answers_fail_every_real_problem():
+    """The always-equal objects of ALWAYS_EQUAL, returned by each problem's entry point, pass no HumanEval problem
+    and no MBPP problem (every 4th; all with GRPO_FULL_DATA=1): before the strict comparisons they passed most."""
+    step = 1 if os.environ.get("GRPO_FULL_DATA") else 4
+    probs = data.load_problems(str(DATA / "humaneval" / "HumanEval.jsonl"), task="code")
+    probs += data.load_problems(str(DATA / "mbpp" / "mbpp.jsonl"), task="code")[::step]
+    for kind in ("object", "int_subclass"):
+        out = R.grade([fence(ALWAYS_EQUAL[kind].replace("NAME", p["entry_point"])) for p in probs], probs)
+        assert [p["id"] for p, (r, _) in zip(probs, out) if r] == [], kind
 
 
 # Reference solutions that may fail here, and why (only in the full run: not in the every-4th subset).
