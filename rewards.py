@@ -491,15 +491,22 @@ def main():
     # Strict comparisons for the tests: a comparison or arithmetic between a value of trusted types (built-in
     # and C types, containers of them) and an object of a class defined in Python raises, so an always-equal
     # object (a plain class or an int subclass) cannot pass `assert f(x) == 7` or `abs(f(x) - 7) < 1e-6`.
-    flags, items, seqs = type.__dict__["__flags__"].__get__, dict.items, (list, tuple, set, frozenset, _collections.deque)
-    counter, counter_dict = collections.Counter, dict(vars(collections.Counter))  # a Python class, so: unchanged?
-    def plain(x, type=type, isinstance=isinstance, all=all, vars=vars):  # a class statement makes a mutable heap type
+    # trusted: these exact types (by identity: a metaclass can fake == and hash), containers checked element by
+    # element, Counter only while unmodified (a Python class), numpy's C types unless they hold Python objects
+    flags, items, c = type.__dict__["__flags__"].__get__, dict.items, collections
+    views = {id(type(v)) for v in ({}.keys(), {}.values(), {}.items())}
+    atoms = {id(t) for t in (int, float, complex, bool, str, bytes, bytearray, type(None), range)}
+    seqs = {id(t) for t in (list, tuple, set, frozenset, _collections.deque)} | views
+    maps, counter, counter_dict = {id(t) for t in (dict, c.OrderedDict, c.defaultdict)}, c.Counter, dict(vars(c.Counter))
+    def plain(x, type=type, all=all, vars=vars, id=id, getattr=getattr):
         t = type(x)
-        if flags(t) & 512 and not flags(t) & 256 and not (t is counter and vars(t) == counter_dict):
-            return False
-        if isinstance(x, dict):
+        if id(t) in atoms:
+            return True
+        if id(t) in seqs:
+            return all(plain(v) for v in x)
+        if id(t) in maps or t is counter and vars(t) == counter_dict:
             return all(plain(k) and plain(v) for k, v in items(x))
-        return all(plain(v) for v in x) if isinstance(x, seqs) else True
+        return not flags(t) & 512 and type.__dict__["__module__"].__get__(t) == "numpy" and x.dtype.kind != "O"
     def arith(op, a, b, TypeError=TypeError):
         if plain(a) != plain(b):
             raise TypeError("sandbox: a value met an object of a class defined in Python")

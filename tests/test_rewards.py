@@ -422,6 +422,14 @@ ALWAYS_EQUAL = {  # (name, program defining `def NAME`) that answer "equal" (or 
                     "    __sub__ = __rsub__ = lambda s, o: B(0)\ndef NAME(*a, **k):\n    return B(7)\n",
     "mock_any": "from unittest import mock\ndef NAME(*a, **k):\n    return mock.ANY\n",
     "in_a_list": "class A:\n    __eq__ = lambda s, o: True\n    __hash__ = lambda s: 0\ndef NAME(*a, **k):\n    return [A(), A()]\n",
+    # C types that compare by their contents or forward everything: trusted only where their contents are checked
+    "proxy": "import weakref\nclass A:\n    __eq__ = lambda s, o: True\n    __ne__ = lambda s, o: False\n"
+             "    __lt__ = __le__ = __gt__ = __ge__ = __eq__\n    __sub__ = __rsub__ = lambda s, o: 0\n    __abs__ = lambda s: 0\n"
+             "    __contains__ = lambda s, o: True\nkeep = A()\ndef NAME(*a, **k):\n    return weakref.proxy(keep)\n",
+    "mappingproxy": "import types\nclass A:\n    __eq__ = lambda s, o: True\n    __hash__ = lambda s: 0\n"
+                    "def NAME(*a, **k):\n    return types.MappingProxyType({0: A()})\n",
+    "dict_keys": "class A:\n    __eq__ = lambda s, o: True\n    __hash__ = lambda s: hash(3)\n"
+                 "def NAME(*a, **k):\n    return {A(): 1}.keys()\n",
 }
 
 
@@ -430,7 +438,8 @@ def test_adversary_always_equal_objects(kind):
     """Issue 14 (b): an object whose __eq__ (or __sub__, __contains__, ...) always agrees passed `==`, `!=`, `in`,
     `abs(x - y) < eps`; the tests' comparisons and arithmetic are now strict."""
     tests = ("assert f(1) == 7\nassert f(2) != 8\nassert abs(f(3) - 2.5) < 1e-6\nassert f(4) in (1, 2)\n"
-             "assert 7 == f(5)\nassert f(6) == [1, 2]\nassert not (f(7) != 3)\nassert 0 <= f(8) < 1\nassert f(9) <= 5")
+             "assert 7 == f(5)\nassert f(6) == [1, 2]\nassert not (f(7) != 3)\nassert 0 <= f(8) < 1\nassert f(9) <= 5\n"
+             "assert f(10) == {0: 5}\nassert f(11) == {3}")
     for test in tests.splitlines():
         run_adversary(ALWAYS_EQUAL[kind].replace("NAME", "f"), test)
 
