@@ -380,7 +380,9 @@ def final_answer(completion: str, task: str) -> str | None:
         code = extract_code(completion)
         return code.strip() if code else None
     pred = last_boxed(completion)
-    return _normalize(pred)[0].replace(" ", "") if pred and pred.strip() else None
+    if not pred or not pred.strip():
+        return None
+    return (_normalize(pred)[0] if len(pred) <= MAX_ANSWER_CHARS else pred[:MAX_ANSWER_CHARS]).replace(" ", "")
 
 
 def degenerate(completion: str, task: str) -> bool:

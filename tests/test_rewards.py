@@ -173,13 +173,17 @@ PATHOLOGICAL = [  # (completion, its reward against gold 5)
 @pytest.mark.parametrize("k", range(len(PATHOLOGICAL)))
 def test_math_pathological_inputs_are_fast(k):
     """Inputs of up to 100k characters are graded in well under a second each (they used to take seconds to
-    minutes: quadratic regexes on whitespace, nested \\text{}, long comma lists), and never score 1 wrongly."""
+    minutes: quadratic regexes on whitespace, nested \\text{}, long comma lists), and never score 1 wrongly.
+    CPU time of this process, so other load on the machine does not count (sympy's own limit is tested above)."""
     text, expected = PATHOLOGICAL[k]
     for gold, want in (("5", expected), ("1, 1, 1", 0), ("\\sqrt{2}", 0)):
-        t0 = time.monotonic()
+        t0 = time.process_time()
         reward, status = R.math_check(text, gold)
-        assert time.monotonic() - t0 < 0.5, (k, gold, status)
+        assert time.process_time() - t0 < 0.5, (k, gold, status)
         assert reward == want, (k, gold, status)
+    t0 = time.process_time()
+    R.final_answer(text, "math"), R.degenerate(text, "math")  # the monitor's keys too
+    assert time.process_time() - t0 < 0.5
 
 
 # ------------------------------------------------------------------------------------------------ code
