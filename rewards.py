@@ -460,9 +460,9 @@ def main():
             resource.setrlimit(res, lim)
     work, realpath, fsdecode, write, exit_, run = (os.path.realpath(".") + os.sep, os.path.realpath, os.fsdecode,
                                                    os.write, os._exit, exec)
-    deny = {"os.kill", "os.killpg", "os.fork", "os.forkpty", "os.exec", "os.posix_spawn", "os.spawn", "os.system",
+    deny = frozenset({"os.kill", "os.killpg", "os.fork", "os.forkpty", "os.exec", "os.posix_spawn", "os.spawn", "os.system",
             "subprocess.Popen", "resource.prlimit", "sys.settrace", "sys.setprofile", "sys._current_frames", "sys.addaudithook",
-            "sys._current_exceptions", "gc.get_objects", "gc.get_referrers", "gc.get_referents"}
+            "sys._current_exceptions", "gc.get_objects", "gc.get_referrers", "gc.get_referents"})
     path_events = {"os.remove": 1, "os.rmdir": 1, "os.mkdir": 1, "os.chmod": 1, "os.chown": 1, "os.utime": 1,
                    "os.symlink": 1, "os.rename": 2, "os.link": 2, "os.truncate": 0, "shutil.rmtree": 1}
     wflags = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
@@ -490,17 +490,16 @@ def main():
         limit()
         sys.addaudithook(hook)
         return run(code, {"__name__": "__main__", "__builtins__": builtins})
-    # Strict comparisons for the tests: a comparison or arithmetic between a value of trusted types (built-in
-    # and C types, containers of them) and an object of a class defined in Python raises, so an always-equal
-    # object (a plain class or an int subclass) cannot pass `assert f(x) == 7` or `abs(f(x) - 7) < 1e-6`.
-    # trusted: these exact types (by identity: a metaclass can fake == and hash), containers checked element by
-    # element, Counter only while unmodified (a Python class), numpy's C types unless they hold Python objects
+    # Strict comparisons for the tests: a comparison or arithmetic between a trusted value and anything else
+    # raises, so an always-equal object (a plain class or an int subclass) cannot pass `assert f(x) == 7` or
+    # `abs(f(x) - 7) < 1e-6`. Trusted: these exact types (by identity: a metaclass can fake == and hash),
+    # containers checked element by element, Counter only while unmodified, numpy's C types unless holding objects
     flags, items, c = type.__dict__["__flags__"].__get__, dict.items, collections
     views = {id(type(v)) for v in ({}.keys(), {}.values(), {}.items())}
     atoms = {id(t) for t in (int, float, complex, bool, str, bytes, bytearray, type(None), range)}
     seqs = {id(t) for t in (list, tuple, set, frozenset, _collections.deque)} | views
     maps, counter, counter_dict = {id(t) for t in (dict, c.OrderedDict, c.defaultdict)}, c.Counter, dict(vars(c.Counter))
-    def plain(x, type=type, all=all, vars=vars, id=id, getattr=getattr):
+    def plain(x, type=type, all=all, vars=vars, id=id):
         t = type(x)
         if id(t) in atoms:
             return True
