@@ -569,6 +569,7 @@ def run(args):
         eval_set = (load_problems(args.eval_data, args.task) if args.eval_data else builtin_problems(
             args.task, "test", seed=args.seed))[:args.eval_problems] if args.eval_every else []
         model, tok, model_used = load_default_model(args.model, device)
+        grpo.check_logits(model)  # log-probs as the sampler's; refuses unknown logit post-processing
     except (OSError, ValueError, RuntimeError) as e:
         sys.exit(f"error: {e}")
     # Join the process group only now: once one exists, transformers' save_pretrained writes on rank

@@ -321,3 +321,16 @@ def test_eval_cadence_does_not_change_training(tmp_path, monkeypatch):
     mb = read_metrics(b)
     assert all("eval_accuracy" in x for x in mb)
     assert strip_time(read_metrics(a)) == [{k: v for k, v in x.items() if k != "eval_accuracy"} for x in strip_time(mb)]
+
+
+def test_model_with_unknown_logit_post_processing_is_refused(tmp_path, monkeypatch):
+    """A forward whose logits completion_logprobs cannot reproduce would train on wrong ratios: one-line error."""
+    real = train.load_default_model
+
+    def capped(*a):
+        model, tok, used = real(*a)
+        model.config.final_logit_softcapping = 2.0  # applied by output_head, ignored by Qwen3's forward
+        return model, tok, used
+    monkeypatch.setattr(train, "load_default_model", capped)
+    with pytest.raises(SystemExit, match="^error: Qwen3ForCausalLM: its forward post-processes the logits"):
+        train.main(["--workflow", "single", "--steps", "1", "--out", str(tmp_path / "run"), *SMALL])
