@@ -12,8 +12,10 @@ of its group (problem, instance name), recompute old log-probs, then update.
   Parallel roles (Voting's voters, Orch-Workers' workers) take one step per instance
   (--parallel-steps per-instance, the reference) or one step over all instances (merged).
 The token weighting of the loss is explicit (--loss-agg, --role-weights) and each role's share of
-it is logged, as is everything in metrics.jsonl. Checkpoints are written atomically every
---save-every steps and at the end; Ctrl-C finishes the current step, saves, and exits.
+it is logged, as is everything in metrics.jsonl, with a reward-hacking monitor (the most common
+final answer's share, degenerate rewarded answers per role: workflows.answer_monitor). Checkpoints
+are written atomically every --save-every steps and at the end; Ctrl-C finishes the current step,
+saves, and exits.
 
 Left out (on purpose): the reference's fixed 512-row mini-batches (a role takes one step per
 training step, or one per parallel instance), several PPO epochs, entropy bonus, gradient-coherence
@@ -65,7 +67,7 @@ import grpo
 import lora
 from data import builtin_problems, load_problems
 from models import TINY, load_default_model
-from workflows import ROLES, grade_episodes, make_policy, run_workflow
+from workflows import ROLES, answer_monitor, grade_episodes, make_policy, run_workflow
 
 PARALLEL_ROLES = {("voting", "generator"), ("orchworkers", "worker")}  # instances share an adapter
 # Defaults that depend on the model: (real model, tiny smoke run). The tiny model learns nothing,
@@ -160,6 +162,10 @@ def parse_role_values(flag, text):
 
 def role_value(values, role):
     return values.get(role, values.get(None, 0.0))
+
+
+def mean(xs):
+    return float(np.mean(xs)) if len(xs) else None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -472,6 +478,8 @@ def train_step(model, tok, problems, args, optimizers, gen, step):
                "zero_advantage_rows": sum(a == 0 for a in adv), "optimizer_steps": len(groups),
                "skipped_steps": skipped, "grade_status": dict(Counter(ep.status for ep in episodes)),
                "lr": next(iter(optimizers.values())).param_groups[0]["lr"], "roles": {}}
+    monitor, degenerate = answer_monitor(episodes, args.task)
+    metrics.update(monitor)
     for role, s in stats.items():
         mine = [r for r in rows if r.role == role]
         if not mine:
@@ -482,12 +490,11 @@ def train_step(model, tok, problems, args, optimizers, gen, step):
             "truncation_rate": sum(r.finish == "length" for r in mine) / len(mine),
             # share of the loss weight within the optimizer steps it took part in (mean over them)
             "weight_share": float(np.mean(s["weight_share"])) if s["weight_share"] else 0.0,
-            "grad_norm": math.sqrt(s["grad_norm_sq"]), "loss": s["loss"],
+            "grad_norm": math.sqrt(s["grad_norm_sq"]), "loss": s["loss"], "degenerate_rewarded": degenerate.get(role),
             "entropy": s["entropy_sum"] / max(1, s["train_tokens"]),
             "clip_fraction": s["clipped"] / max(1, s["train_tokens"]),
             "kl": s["kl_sum"] / max(1, s["train_tokens"]), "optimizer_steps": s["optimizer_steps"],
-            "diag_correct": float(np.mean([r.correct for r in mine if r.correct is not None]))
-            if any(r.correct is not None for r in mine) else None}
+            "diag_correct": mean([r.correct for r in mine if r.correct is not None])}
     metrics["workflow"] = workflow_facts(args.workflow, episodes)
     metrics["time"] = {"rollout": t_rollout - t0, "reward": t1 - t_rollout, "old_logprobs": t2 - t1,
                        "update": t3 - t2, "total": t3 - t0, "ranks": world()[1],  # times are rank 0's
@@ -498,7 +505,6 @@ def train_step(model, tok, problems, args, optimizers, gen, step):
 def workflow_facts(workflow, episodes):
     """Per-workflow facts for the log, from the episodes' facts (diagnostics, not training)."""
     facts = [ep.facts for ep in episodes]
-    mean = lambda xs: float(np.mean(xs)) if xs else None
     if workflow == "evalopt":
         verdicts = [v for f in facts for v in f.get("verdict_correct", [])]
         return {"retry_rate": mean([f.get("rounds", 1) > 1 for f in facts]),

@@ -334,3 +334,32 @@ def test_model_with_unknown_logit_post_processing_is_refused(tmp_path, monkeypat
     monkeypatch.setattr(train, "load_default_model", capped)
     with pytest.raises(SystemExit, match="^error: Qwen3ForCausalLM: its forward post-processes the logits"):
         train.main(["--workflow", "single", "--steps", "1", "--out", str(tmp_path / "run"), *SMALL])
+
+
+# --------------------------------------------------------------------------- issue 14: read-outs that cannot mislead
+
+def scripted_policy(reply):
+    """Stands in for workflows.make_policy: every call of `role` answers reply(role), with real chat prompt ids."""
+    from models import chat_ids
+
+    def make(model, tok, adapters, **kw):
+        def policy(role, texts):
+            ids = tok.encode(reply(role), add_special_tokens=False)
+            return [workflows.Call(chat_ids(tok, t), ids, [0.0] * len(ids), "stop", reply(role)) for t in texts]
+        return policy
+    return make
+
+
+def test_reward_hacking_monitor_in_metrics(tmp_path, monkeypatch):
+    """Every voter answers infinity and the grader rewards everything: the monitor shows the collapse to one
+    degenerate answer as numbers (the aggregator's turns are no answers: None)."""
+    inf = r"The answer is \boxed{\infty}."
+    monkeypatch.setattr(train, "make_policy", scripted_policy(lambda role: inf if role == "generator" else r"\boxed{2}"))
+    monkeypatch.setattr(workflows.rewards, "grade", lambda texts, problems, **kw: [(1.0, "correct")] * len(texts))
+    out = str(tmp_path / "run")
+    train.main(["--workflow", "voting", "--policy", "ip", "--steps", "1", "--out", out, *SMALL])
+    m = read_metrics(out)[0]
+    assert m["answer_top_share"] == 1.0 and m["answer_top"] == workflows.rewards.final_answer(inf, "math")
+    assert m["roles"]["generator"]["degenerate_rewarded"] == 1.0
+    assert m["roles"]["aggregator"]["degenerate_rewarded"] is None
+
