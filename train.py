@@ -348,6 +348,12 @@ def policy_for(model, tok, args, gen):
                        max_prompt_tokens=args.max_prompt_tokens, generator=gen)
 
 
+def role_stats():
+    """A role's update sums in one training step; losses and grad_norms hold one entry per optimizer step."""
+    return dict(weight_share=[], losses=[], grad_norms=[], entropy_sum=0.0, clipped=0, kl_sum=0.0, gap_sum=0.0,
+                train_tokens=0, optimizer_steps=0)
+
+
 def optimizer_step(model, adapter, rows, adv, old_lp, ref_lp, opt, args, stats):
     """One AdamW step of `adapter` on `rows` (Turns) with their advantages, old and reference
     log-probs (parallel lists; an old entry of None: the row's own detached log-probs, ratio 1, as
@@ -366,23 +372,27 @@ def optimizer_step(model, adapter, rows, adv, old_lp, ref_lp, opt, args, stats):
         idx = [i for i, r in enumerate(rows) if r.role == role]
         s = stats[role]
         s["weight_share"].append(shares[role])
+        s["losses"].append(0.0)
         for mb in grpo.micro_batches([lengths[i] + len(rows[i].prompt_ids) for i in idx], args.token_budget):
             mb = [idx[j] for j in mb]
             lps, ents = grpo.completion_logprobs(model, [rows[i].prompt_ids for i in mb],
                                                  [rows[i].completion_ids for i in mb], args.temperature)
             lp = torch.cat(lps)
-            old = lp.detach()  # the old log-probs of a row whose list entry is None (train_step)
+            # the old log-probs: a None entry (an adapter's only step, train_step) takes this forward's own
+            old = lp.detach() if old_lp[mb[0]] is None else torch.cat([old_lp[i] for i in mb])
             n = torch.tensor([lengths[i] for i in mb], device=lp.device)
             per_token = lambda vals: torch.repeat_interleave(torch.tensor(vals, dtype=lp.dtype, device=lp.device), n)
             ref = torch.cat([ref_lp[i] for i in mb]) if ref_lp[mb[0]] is not None else None
             loss_t, clipped, kl = grpo.token_loss(
-                lp, old if old_lp[mb[0]] is None else torch.cat([old_lp[i] for i in mb]),
-                per_token([adv[i] for i in mb]), args.clip_low,
+                lp, old, per_token([adv[i] for i in mb]), args.clip_low,
                 args.clip_high, args.dual_clip, ref, per_token([role_value(args.kl_coefs, role)] * len(mb)))
             loss = (per_token([weights[i] for i in mb]) * loss_t).sum()
             finite &= bool(torch.isfinite(loss))
             loss.backward()
-            s["loss"] += loss.item()
+            s["losses"][-1] += loss.item()
+            # the off-policy gap: the sampler's log-probs (another kernel path, bf16, merged adapter) vs the old ones
+            sampled = torch.tensor([x for i in mb for x in rows[i].logprobs], device=lp.device)
+            s["gap_sum"] += (old - sampled).abs().sum().item()
             s["entropy_sum"] += torch.cat(ents).sum().item()
             s["clipped"] += clipped.sum().item()
             s["kl_sum"] += kl.sum().item()
@@ -393,7 +403,7 @@ def optimizer_step(model, adapter, rows, adv, old_lp, ref_lp, opt, args, stats):
         if n_ranks > 1:
             dist.all_reduce(delta)  # a sum: the weights are already normalised over all ranks
             reduced = delta if reduced is None else reduced + delta
-        s["grad_norm_sq"] += float(delta.norm() ** 2)
+        s["grad_norms"].append(float(delta.norm()))
         before = grads
     if n_ranks > 1:  # every rank now holds the whole batch's gradient, and agrees on finiteness
         finite = all(gather(finite))
@@ -453,8 +463,7 @@ def train_step(model, tok, problems, args, optimizers, gen, step):
                             target[i] = lp
     t2 = time.perf_counter()
 
-    stats = {role: dict(weight_share=[], grad_norm_sq=0.0, loss=0.0, entropy_sum=0.0, clipped=0,
-                        kl_sum=0.0, train_tokens=0, optimizer_steps=0) for role in ROLES[args.workflow]}
+    stats = {role: role_stats() for role in ROLES[args.workflow]}
     skipped = 0
     for adapter, idx in groups:  # update_groups names the adapter: "shared" under SP, the role under IP
         pick = lambda xs: [xs[i] for i in idx]
@@ -464,13 +473,14 @@ def train_step(model, tok, problems, args, optimizers, gen, step):
 
     if world()[1] > 1:  # the metrics are those of the whole batch: every rank's episodes (without the
         # prompt ids and sampling log-probs no metric reads), advantages and update sums, in batch order
-        summed = ("loss", "entropy_sum", "clipped", "kl_sum", "train_tokens")
+        summed = ("entropy_sum", "clipped", "kl_sum", "train_tokens", "gap_sum")
         light = [replace(ep, turns=[replace(t, prompt_ids=[], logprobs=[]) for t in ep.turns]) for ep in episodes]
-        parts = gather((light, adv, singletons, {role: [s[k] for k in summed] for role, s in stats.items()}))
+        parts = gather((light, adv, singletons, {r: [s[k] for k in summed] + [s["losses"]] for r, s in stats.items()}))
         episodes, adv = [ep for p in parts for ep in p[0]], [a for p in parts for a in p[1]]
         rows, singletons = [t for ep in episodes for t in ep.turns], sum(p[2] for p in parts)
         for role, s in stats.items():
             s.update({k: sum(p[3][role][j] for p in parts) for j, k in enumerate(summed)})
+            s["losses"] = [sum(x) for x in zip(*[p[3][role][-1] for p in parts])]  # per step: every rank walks each
 
     metrics = {"step": step, "reward_mean": float(np.mean([ep.reward for ep in episodes])),
                "accuracy": float(np.mean([ep.reward == 1.0 for ep in episodes])),
@@ -490,10 +500,12 @@ def train_step(model, tok, problems, args, optimizers, gen, step):
             "truncation_rate": sum(r.finish == "length" for r in mine) / len(mine),
             # share of the loss weight within the optimizer steps it took part in (mean over them)
             "weight_share": float(np.mean(s["weight_share"])) if s["weight_share"] else 0.0,
-            "grad_norm": math.sqrt(s["grad_norm_sq"]), "loss": s["loss"], "degenerate_rewarded": degenerate.get(role),
-            "entropy": s["entropy_sum"] / max(1, s["train_tokens"]),
-            "clip_fraction": s["clipped"] / max(1, s["train_tokens"]),
-            "kl": s["kl_sum"] / max(1, s["train_tokens"]), "optimizer_steps": s["optimizer_steps"],
+            # per optimizer step of the role: a sum would grow with the number of steps (per-instance voters)
+            "grad_norm": mean(s["grad_norms"]), "grad_norm_max": max(s["grad_norms"], default=None),
+            "loss": mean(s["losses"]), "degenerate_rewarded": degenerate.get(role),
+            **{name: s[key] / max(1, s["train_tokens"]) for name, key in (("entropy", "entropy_sum"),  # per token
+               ("clip_fraction", "clipped"), ("kl", "kl_sum"), ("logprob_gap", "gap_sum"))},
+            "optimizer_steps": s["optimizer_steps"],
             "diag_correct": mean([r.correct for r in mine if r.correct is not None])}
     metrics["workflow"] = workflow_facts(args.workflow, episodes)
     metrics["time"] = {"rollout": t_rollout - t0, "reward": t1 - t_rollout, "old_logprobs": t2 - t1,

@@ -139,8 +139,7 @@ def _rows():
 
 
 def _stats():
-    return {"generator": dict(weight_share=[], grad_norm_sq=0.0, loss=0.0, entropy_sum=0.0, clipped=0,
-                              kl_sum=0.0, train_tokens=0, optimizer_steps=0)}
+    return {"generator": train.role_stats()}
 
 
 def test_ip_step_changes_only_its_own_adapter(tiny):
@@ -362,4 +361,45 @@ def test_reward_hacking_monitor_in_metrics(tmp_path, monkeypatch):
     assert m["answer_top_share"] == 1.0 and m["answer_top"] == workflows.rewards.final_answer(inf, "math")
     assert m["roles"]["generator"]["degenerate_rewarded"] == 1.0
     assert m["roles"]["aggregator"]["degenerate_rewarded"] is None
+
+
+def test_grad_norm_and_loss_are_per_optimizer_step(tmp_path, monkeypatch):
+    """Regression: per-role grad_norm and loss were summed over the role's optimizer steps, so per-instance
+    voters (3 steps) logged ~3x what one merged step does. Now: the mean per step, and the max."""
+    monkeypatch.setattr(workflows.rewards, "grade", fake_grade)
+    real_token_loss, real_clip = train.grpo.token_loss, torch.nn.utils.clip_grad_norm_
+    # a loss of exactly 1 per token (with a real gradient): each step's loss is sum(weights x tokens) = 1
+    monkeypatch.setattr(train.grpo, "token_loss", lambda lp, *a, **k: (
+        lambda loss, clipped, kl: (lp - lp.detach() + 1.0, clipped, kl))(*real_token_loss(lp, *a, **k)))
+    norms = []  # the gradient norm of every optimizer step, in order (IP: one role's rows per step)
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", lambda ps, c: norms.append(float(real_clip(ps, c))) or
+                        torch.tensor(norms[-1]))
+    out = str(tmp_path / "run")
+    train.main(["--workflow", "voting", "--policy", "ip", "--parallel-steps", "per-instance", "--steps", "1",
+                "--out", out, *SMALL])
+    g, a = read_metrics(out)[0]["roles"]["generator"], read_metrics(out)[0]["roles"]["aggregator"]
+    assert g["optimizer_steps"] == 3 and len(norms) == 4  # voters 0, 1, 2, then the aggregator
+    assert g["loss"] == pytest.approx(1.0) and a["loss"] == pytest.approx(1.0)  # the sum was 3.0
+    assert g["grad_norm"] == pytest.approx(sum(norms[:3]) / 3, rel=1e-5)
+    assert g["grad_norm_max"] == pytest.approx(max(norms[:3]), rel=1e-5) and max(norms[:3]) > min(norms[:3])
+    assert a["grad_norm"] == pytest.approx(norms[3], rel=1e-5) == a["grad_norm_max"]
+
+
+@pytest.mark.parametrize("shift", [0.0, 0.5])
+def test_logprob_gap_is_sampler_minus_trainer(tmp_path, monkeypatch, shift):
+    """logprob_gap: mean |sampler log-prob - trainer old log-prob| per role. On CPU in fp32 the two agree to
+    1e-4; sampler log-probs shifted by 0.5 show as a gap of 0.5 (also for the recomputed ones: later voters)."""
+    monkeypatch.setattr(workflows.rewards, "grade", fake_grade)
+
+    def shifted(*a, **k):
+        policy = workflows.make_policy(*a, **k)
+        return lambda role, texts: [c and workflows.Call(c.prompt_ids, c.completion_ids,
+                                                         [x + shift for x in c.logprobs], c.finish, c.text)
+                                    for c in policy(role, texts)]
+    monkeypatch.setattr(train, "make_policy", shifted)
+    out = str(tmp_path / "run")
+    train.main(["--workflow", "voting", "--policy", "ip", "--steps", "2", "--lr", "1e-3", "--out", out, *SMALL])
+    for m in read_metrics(out):
+        for role in m["roles"].values():
+            assert role["logprob_gap"] == pytest.approx(shift, abs=1e-4)
 
