@@ -6,7 +6,8 @@
 
 One training step: draw --problems problems, roll each out --group times through the workflow in
 lock-step (workflows.py), score the final answers (rewards.py), give every turn the GRPO advantage
-of its group (problem, instance name), recompute old log-probs, then update.
+of its group (problem, instance name), recompute the old log-probs that an adapter's later steps
+need, then update.
 - SP (shared policy): one LoRA adapter "shared" and one AdamW; one optimizer step over all rows.
 - IP (isolated policy): one adapter + AdamW per role type, each stepping only on its own rows.
   Parallel roles (Voting's voters, Orch-Workers' workers) take one step per instance
@@ -102,7 +103,7 @@ def parse_args(argv=None):
     # LoRA
     p.add_argument("--lora-rank", type=int, default=64, help="LoRA rank (reference: 64)")
     p.add_argument("--lora-alpha", type=float, default=32.0, help="LoRA alpha; scale = alpha / rank (reference: 32)")
-    p.add_argument("--lora-dropout", type=float, default=0.0, help="dropout on the LoRA input (0 keeps old/new log-probs equal)")
+    p.add_argument("--lora-dropout", type=float, default=0.0, help="dropout on the LoRA input during the update")
     p.add_argument("--lora-targets", default=None, help="comma list of linear names, e.g. q_proj,v_proj (default: all)")
     # optimisation
     p.add_argument("--lr", type=float, default=2e-5, help="AdamW learning rate (reference: 2e-5)")
@@ -378,7 +379,7 @@ def optimizer_step(model, adapter, rows, adv, old_lp, ref_lp, opt, args, stats):
             lps, ents = grpo.completion_logprobs(model, [rows[i].prompt_ids for i in mb],
                                                  [rows[i].completion_ids for i in mb], args.temperature)
             lp = torch.cat(lps)
-            # the old log-probs: a None entry (an adapter's only step, train_step) takes this forward's own
+            # the old log-probs: a None entry (an adapter's first step, train_step) takes this forward's own
             old = lp.detach() if old_lp[mb[0]] is None else torch.cat([old_lp[i] for i in mb])
             n = torch.tensor([lengths[i] for i in mb], device=lp.device)
             per_token = lambda vals: torch.repeat_interleave(torch.tensor(vals, dtype=lp.dtype, device=lp.device), n)
@@ -441,10 +442,12 @@ def train_step(model, tok, problems, args, optimizers, gen, step):
     adv, singletons = grpo.group_advantages(keys, [r.reward for r in rows], scale=not args.adv_mean_only)
     # Old log-probs are not taken from the sampler: its come from another kernel path (KV cache,
     # padding, batch shape, bf16 on GPU), while the ratio must be exactly 1 before the first update.
-    # An adapter that takes one optimizer step per batch (SP; IP except per-instance parallel roles)
-    # uses its own detached log-probs in that step (optimizer_step: ratio exactly 1, no extra pass);
-    # one that takes several needs them recomputed here, since its later steps see a changed policy.
-    steps_of = Counter(adapter for adapter, _ in groups)
+    # An adapter's first optimizer step uses its own forward's detached log-probs (optimizer_step: ratio
+    # exactly 1, no extra pass; with --lora-dropout also under the same dropout mask). Only the rows of its
+    # later steps (per-instance parallel roles) get them recomputed here, before any step, since those
+    # steps see a policy changed by the earlier ones. This pass runs in eval mode, without dropout: the
+    # policy that sampled (the later steps' ratio then also carries the update's dropout noise).
+    later = {i for k, (adapter, idx) in enumerate(groups) if adapter in [a for a, _ in groups[:k]] for i in idx}
     old_lp, ref_lp = [None] * len(rows), [None] * len(rows)
     with torch.no_grad():
         for adapter in optimizers:
@@ -452,9 +455,8 @@ def train_step(model, tok, problems, args, optimizers, gen, step):
             for mb in grpo.micro_batches([len(rows[i].prompt_ids) + len(rows[i].completion_ids) for i in mine],
                                          args.token_budget):
                 mb = [mine[j] for j in mb]
-                use_kl = [i for i in mb if role_value(args.kl_coefs, rows[i].role)]
-                for target, name, sel in [(old_lp, adapter, mb if steps_of[adapter] > 1 else []),
-                                          (ref_lp, None, use_kl)]:
+                for target, name, sel in [(old_lp, adapter, [i for i in mb if i in later]),
+                                          (ref_lp, None, [i for i in mb if role_value(args.kl_coefs, rows[i].role)])]:
                     if sel:
                         lora.set_adapter(model, name)
                         lps, _ = grpo.completion_logprobs(model, [rows[i].prompt_ids for i in sel],

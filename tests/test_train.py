@@ -403,3 +403,17 @@ def test_logprob_gap_is_sampler_minus_trainer(tmp_path, monkeypatch, shift):
         for role in m["roles"].values():
             assert role["logprob_gap"] == pytest.approx(shift, abs=1e-4)
 
+
+def test_lora_dropout_first_step_ratio_is_exactly_one(tmp_path, monkeypatch):
+    """Regression: with --lora-dropout > 0 an adapter with several steps (per-instance voters) compared its
+    dropout update with old log-probs recomputed without dropout, so its first step's ratio was not 1 once
+    B != 0 (step 2). Now every adapter's first step takes its own forward's log-probs: ratio exactly 1."""
+    monkeypatch.setattr(workflows.rewards, "grade", fake_grade)
+    gaps, real = [], train.grpo.token_loss
+    monkeypatch.setattr(train.grpo, "token_loss", lambda lp, old, *a, **k: (
+        gaps.append(float((lp.detach() - old).abs().max())), real(lp, old, *a, **k))[1])
+    train.main(["--workflow", "voting", "--policy", "ip", "--parallel-steps", "per-instance", "--steps", "2",
+                "--lr", "0.05", "--lora-dropout", "0.5", "--out", str(tmp_path / "run"), *SMALL])
+    assert len(gaps) == 8  # per step: voters 0, 1, 2 (one micro-batch each), the aggregator
+    assert [gaps[i] for i in (0, 3, 4, 7)] == [0.0] * 4  # each adapter's first step, both training steps
+    assert gaps[5] > 1e-3  # a later voter step sees the policy changed by the first
