@@ -1,6 +1,7 @@
 """train.py end to end on the tiny model: a 2-step smoke run of every workflow x policy, exact
 resume, optimizer-step counts, IP isolation, non-finite steps, and clear errors for bad input."""
 import json
+import math
 import os
 
 import pytest
@@ -417,3 +418,19 @@ def test_lora_dropout_first_step_ratio_is_exactly_one(tmp_path, monkeypatch):
     assert len(gaps) == 8  # per step: voters 0, 1, 2 (one micro-batch each), the aggregator
     assert [gaps[i] for i in (0, 3, 4, 7)] == [0.0] * 4  # each adapter's first step, both training steps
     assert gaps[5] > 1e-3  # a later voter step sees the policy changed by the first
+
+
+def test_warmup_is_capped_at_a_quarter_of_the_steps(tmp_path, capsys):
+    """Regression: --warmup 15 with 6 steps (every tiny run) never reached --lr (at most 6/15 of it)."""
+    train.main(["--workflow", "single", "--steps", "1", "--out", str(tmp_path / "run"), *SMALL])
+    assert "note: --warmup 15 capped at 0 steps" in capsys.readouterr().out
+    assert read_metrics(str(tmp_path / "run"))[0]["lr"] == 2e-5  # 1 step: no warm-up, the set lr at once
+    factors = lambda argv: [train.lr_factor(s, train.parse_args(argv)) for s in range(int(argv[1]))]
+    # a tiny run: warm-up 1 step, then cosine from the set lr
+    cosine = [0.5 * (1 + math.cos(math.pi * k / 5)) for k in range(5)]
+    assert factors(["--steps", "6"]) == pytest.approx([1.0] + cosine)
+    assert factors(["--steps", "8", "--warmup", "15"])[:3] == pytest.approx([0.5, 1.0, 1.0])
+    reference = factors(["--steps", "200"])  # the reference's 15 of 200 steps: unchanged
+    assert reference[:15] == pytest.approx([(s + 1) / 15 for s in range(15)]) and reference[15] == 1.0
+    assert factors(["--steps", "24", "--warmup", "3"])[:3] == pytest.approx([1 / 3, 2 / 3, 1.0])  # results.md's runs
+    assert factors(["--steps", "3"]) == pytest.approx([1.0, 0.75, 0.25])  # no warm-up at all below 4 steps
