@@ -7,10 +7,12 @@ test_code: asserts run after the solution (HumanEval's `check` is called on entr
 it; io_tests: [{"input", "output"}] stdin/stdout cases; solution: a reference program, never shown to the model.
 `prompt` is the problem text only: workflows.py adds the role instructions (e.g. "put the answer in \\boxed{}").
 
-Row formats, detected per row by their keys: problem dicts ("task"); GSM8K (question, answer "#### N"); MATH
-(problem, answer or a \\boxed{} solution); DAPO (prompt or chat messages; solution or reward_model.ground_truth);
-MBPP (text, test_list; test_setup_code goes into test_code, as it uses the solution's classes); HumanEval (prompt,
-test, entry_point); io-test rows (prompt/question/problem + io_tests, inputs/outputs or APPS-style input_output).
+Row formats, detected per row by their keys, in any case (SVAMP writes Body, Question, Answer, ID): problem dicts
+("task"); GSM8K (question, answer "#### N"); SVAMP / ASDiv (body, question, answer; the prompt is body + " " +
+question; a gold 27.0 becomes "27", a number with a unit in parentheses, "9 (apples)", becomes "9"); MATH (problem,
+answer or a \\boxed{} solution); DAPO (prompt or chat messages; solution or reward_model.ground_truth); MBPP (text,
+test_list; test_setup_code goes into test_code, as it uses the solution's classes); HumanEval (prompt, test,
+entry_point); io-test rows (prompt/question/problem + io_tests, inputs/outputs or APPS-style input_output).
 Left out: downloading data sets, splitting a user's file (pass separate train/test files).
 """
 import ast
@@ -27,8 +29,11 @@ from rewards import gold_answer, last_boxed
 def _math_answer(value) -> str:
     if not isinstance(value, (str, int, float)) or isinstance(value, bool):  # null, lists, ...: no gold
         raise ValueError(f"the gold answer must be a string or a number, got {json.dumps(value)}")
+    value = int(value) if isinstance(value, float) and value.is_integer() else value  # SVAMP writes 27.0
     gold = gold_answer(str(value)).strip()
-    return gold.replace(",", "") if "####" in str(value) else gold  # GSM8K writes 1,000
+    gold = gold.replace(",", "") if "####" in str(value) else gold  # GSM8K writes 1,000
+    unit = re.fullmatch(r"([-+]?\d[\d,]*(?:\.\d+)?(?:/\d+)?)\s+\([^()]*[a-zA-Z][^()]*\)", gold)  # ASDiv: 9 (apples)
+    return unit.group(1).replace(",", "") if unit else gold
 
 
 def _text(row: dict, key: str) -> str:
@@ -94,6 +99,9 @@ def _parse_row(row: dict) -> tuple[str, dict]:
             raise ValueError("io tests must be a non-empty list of {'input': str, 'output': str}")
         key = next((k for k in ("prompt", "question", "problem", "description") if k in keys), "prompt")
         return "io-test", {"task": "code", "prompt": _text(row, key), "io_tests": io}
+    if {"body", "question", "answer"} <= keys:  # the problem's story, then its question
+        prompt = f"{_text(row, 'body').strip()} {_text(row, 'question').strip()}"
+        return "SVAMP/ASDiv", {"task": "math", "prompt": prompt, "answer": _math_answer(row["answer"])}
     if {"question", "answer"} <= keys:
         fmt = "GSM8K" if "####" in str(row["answer"]) else "question/answer"
         return fmt, {"task": "math", "prompt": _text(row, "question"), "answer": _math_answer(row["answer"])}
@@ -137,6 +145,8 @@ def load_problems(path: str, task: str | None = None, limit: int | None = None) 
         try:
             if isinstance(row, str):
                 row = json.loads(row)
+            if isinstance(row, dict):  # SVAMP and ASDiv capitalise their keys (Body, Question, Answer, ID)
+                row = {k.lower() if isinstance(k, str) else k: v for k, v in row.items()}
             fmt, prob = _parse_row(row)
             if prob["task"] == "math" and not prob["answer"]:
                 raise ValueError("empty gold answer")

@@ -1,5 +1,6 @@
 """Evaluate base and trained workflows: pass@1 at temperature with its standard error, greedy accuracy,
-pass@k and per-role diagnostics; for one configuration, every checkpoint of a run, or across runs.
+pass@k, per-role diagnostics and the reward-hacking monitor (share of the most common final answer, share of
+rewarded answers that are degenerate, per role); for one configuration, every checkpoint of a run, or across runs.
 
     python eval.py --model Qwen/Qwen3-0.6B --workflow voting --task math --n 4 --greedy
     python eval.py --model M --workflow evalopt --adapters runs/X/step_000200   # SP or IP, from the files
@@ -32,9 +33,9 @@ import torch
 import lora
 from data import builtin_problems, load_problems
 from models import TINY, load_default_model
-from rewards import last_boxed
-from train import checkpoints
-from workflows import ANSWER_ROLES as SOLVERS, ROLES, make_policy, parse_verdict, run_workflow
+from rewards import final_answer
+from train import checkpoints, mean
+from workflows import ANSWER_ROLES as SOLVERS, ROLES, answer_monitor, make_policy, parse_verdict, run_workflow
 
 EVAL_KEYS = ("n", "temperature", "greedy", "max_new_tokens", "top_p", "max_prompt_tokens", "rounds", "voters",
              "ks", "seed", "chunk")  # settings that evaluate() takes as they are
@@ -101,16 +102,19 @@ def evaluate(model, tok, problems, workflow, adapters, task, n=4, temperature=0.
 
 
 def diagnostics(workflow, episodes, task="math"):
-    """Counts from graded episodes (Turn.correct as workflows._diagnose sets it): per role calls, mean length,
-    truncation and right rates, then the workflow's own. An unparseable verdict is a rejection, as the
-    workflow acts on it, and is also counted apart. Code workers agree when all pass or all fail."""
-    mean = lambda xs: float(np.mean(xs)) if len(xs) else None
-    out = {"episodes": len(episodes), "accuracy": mean([ep.reward > 0 for ep in episodes]), "roles": {}}
+    """Counts from graded episodes (Turn.correct as workflows._diagnose sets it): the reward-hacking monitor
+    (answer_top_share, answer_top; per role degenerate_rewarded), per role calls, mean length, truncation and
+    right rates, then the workflow's own. An unparseable verdict is a rejection, as the workflow acts on it,
+    and is also counted apart. Math workers agree when their answers (the monitor's keys) are equal, code
+    workers when all pass or all fail."""
+    monitor, degenerate = answer_monitor(episodes, task)  # the reward-hacking monitor, as train.py logs it
+    out = {"episodes": len(episodes), "accuracy": mean([ep.reward > 0 for ep in episodes]), **monitor, "roles": {}}
     for role in ROLES[workflow]:
         turns = [t for ep in episodes for t in ep.turns if t.role == role]
         out["roles"][role] = {"calls": len(turns), "mean_length": mean([len(t.completion_ids) for t in turns]),
                               "truncation_rate": mean([t.finish == "length" for t in turns]),
-                              "correct": mean([t.correct for t in turns if t.correct is not None])}
+                              "correct": mean([t.correct for t in turns if t.correct is not None]),
+                              "degenerate_rewarded": degenerate.get(role)}
     answers = [[bool(t.correct) for t in ep.turns if t.role in SOLVERS] for ep in episodes]
     some = [ep.reward > 0 for ep, att in zip(episodes, answers) if any(att)]  # episodes with a right solver
     if workflow == "evalopt":
@@ -141,8 +145,8 @@ def diagnostics(workflow, episodes, task="math"):
                              "default_picks": sum(how == "default" for how in picks)}  # no number: solution 1
     elif workflow == "orchworkers":
         agree = []
-        for ep in episodes:  # math: the same \boxed{} text without spaces; code: programs rarely match as text
-            keys = [(last_boxed(t.text) or "").replace(" ", "") or None if task == "math" else bool(t.correct)
+        for ep in episodes:  # math: the same answer (the monitor's key); code: programs rarely match as text
+            keys = [final_answer(t.text, task) if task == "math" else bool(t.correct)
                     for t in ep.turns if t.role == "worker"]
             if len(keys) >= 2:
                 agree.append(None not in keys and len(set(keys)) == 1)
@@ -186,10 +190,12 @@ def format_result(r):
     d = r["diagnostics"]
     lines = [f"pass@1 {r['pass@1']:.3f} ± {r['pass@1_se']:.3f} ({r['problems']} problems x {r['n']} samples)  greedy "
              f"{_f(r['greedy'])}" + "".join(f"  pass@{k} {v:.3f}" for k, v in r["pass@k"].items()),
-             f"{'role':<13}{'calls':>7}{'mean len':>10}{'trunc':>8}{'right':>8}"]
-    for role, s in d["roles"].items():
-        lines.append(f"{role:<13}{s['calls']:>7}{_f(s['mean_length'], '.1f'):>10}"
-                     f"{_f(s['truncation_rate'], '.2f'):>8}{_f(s['correct'], '.2f'):>8}")
+             f"most common final answer ({_f(d.get('answer_top_share'), '.2f')} of those with one): "
+             f"{' '.join(str(d.get('answer_top') or '-').split())}",
+             f"{'role':<13}{'calls':>7}{'mean len':>10}{'trunc':>8}{'right':>8}{'degenerate':>12}"]
+    for role, s in d["roles"].items():  # degenerate: share of the role's rewarded answers (older records: -)
+        lines.append(f"{role:<13}{s['calls']:>7}{_f(s['mean_length'], '.1f'):>10}{_f(s['truncation_rate'], '.2f'):>8}"
+                     f"{_f(s['correct'], '.2f'):>8}{_f(s.get('degenerate_rewarded'), '.2f'):>12}")
     for part in ("evaluator", "aggregator", "workers", "synthesizer"):
         if part in d:
             text = ", ".join(f"{k} {_f(v) if v is None or isinstance(v, float) else v}" for k, v in d[part].items())
@@ -207,9 +213,10 @@ def run_table(run, records):
     r0, s = records[0], records[0]["settings"]
     lines = [f"{run}: {r0['workflow']} / {r0['policy']} / {r0['task']} on {r0['model']}, {r0['problems']} problems "
              f"x {r0['n']} samples, T={s['temperature']}, seed {s['seed']}",
-             f"{'step':>6}  {'pass@1 ± se':<15}{'greedy':>7}  diagnostics"]
-    for r in records:
-        lines.append(f"{r['step']:>6}  {r['pass@1']:.3f} ± {r['pass@1_se']:.3f}  {_f(r['greedy']):>7}  "
+             f"{'step':>6}  {'pass@1 ± se':<15}{'greedy':>7}{'top ans':>8}  diagnostics"]
+    for r in records:  # top ans: the share of final answers that equal the most common one
+        lines.append(f"{r['step']:>6}  {r['pass@1']:.3f} ± {r['pass@1_se']:.3f}  {_f(r['greedy']):>7}"
+                     f"{_f(r['diagnostics'].get('answer_top_share'), '.2f'):>8}  "
                      f"{headline(r['workflow'], r['diagnostics'])}".rstrip())
     base, peak, final = summary(records)
     lines.append(f"base {base['pass@1']:.3f} | peak {peak['pass@1']:.3f} at step {peak['step']} | final "

@@ -6,6 +6,9 @@ reference, verl's "dual-clip PPO"), plus an optional k3 KL penalty to the base m
 coefficient is per row (so per role). The batch loss is sum_i sum_t w_i * loss_it, where the
 token weight w_i of row i comes from `token_weights` and is computed once for the whole optimizer
 batch: micro-batches then only add up their part, so splitting never changes the loss or gradient.
+Log-probs apply the LM head to the hidden states of completion positions only, plus the logit
+post-processing of Gemma-2/3 (soft-cap), Granite and Cohere (scales) that the model's forward, and
+so the sampler, applies (`output_head`); `check_logits` refuses a model whose forward does more.
 
 Left out: entropy bonus and several PPO epochs (the reference uses neither), value functions,
 reward models, sequence packing. No reference model is run unless a KL coefficient is > 0.
@@ -101,19 +104,35 @@ def micro_batches(lengths, token_budget):
 def _chunk_logprobs(head, hidden, targets, temperature):
     """fp32 log-softmax of one chunk of positions, returning only the target tokens' log-probs
     (N,) and the entropies (N,). Called under checkpoint, so the (N, V) logits are not kept."""
-    logits = head(hidden).float() / temperature
-    logp = torch.log_softmax(logits, -1)
+    logp = torch.log_softmax(head(hidden) / temperature, -1)
     with torch.no_grad():
         entropy = -(logp.exp() * logp).sum(-1)
     return logp.gather(-1, targets[:, None])[:, 0], entropy
+
+
+def output_head(model):
+    """hidden (N, H) -> fp32 logits (N, V) as the model's own forward computes them: the LM head, then the
+    post-processing some architectures apply after it, read from the config: Cohere's logit_scale (times),
+    Granite's and MiniCPM3's logits_scaling (divided by), Gemma-2/3's final_logit_softcapping (cap * tanh(z / cap)).
+    Post-processing of other names is not known here: check_logits refuses such a model."""
+    cfg, head = model.config.get_text_config(), model.get_output_embeddings()
+    scale = (getattr(cfg, "logit_scale", None) or 1.0) / (getattr(cfg, "logits_scaling", None) or 1.0)
+    cap = getattr(cfg, "final_logit_softcapping", None)
+
+    def logits(h):
+        z = head(h).float() * scale
+        return cap * torch.tanh(z / cap) if cap else z
+    return logits
 
 
 def completion_logprobs(model, prompts, completions, temperature=1.0, chunk_tokens=4096):
     """Log-prob and entropy of every completion token given its prompt, under the model's current
     adapter: one right-padded forward pass over prompt + completion (B, L), then the LM head and an
     fp32 log-softmax only at the completion positions, chunk_tokens at a time (each chunk
-    recomputed in backward rather than storing (tokens, vocab) fp32 logits). Logits are divided by
-    the sampling temperature, as the sampler does. Returns two lists of (len(completion),) tensors."""
+    recomputed in backward rather than storing (tokens, vocab) fp32 logits). The head is output_head's:
+    the model's own logit post-processing (Gemma-2 soft-capping, Granite / Cohere scaling) is applied, since
+    the sampler draws from the forward's logits. Logits are divided by the sampling temperature, as the
+    sampler does. Returns two lists of (len(completion),) tensors."""
     device = next(model.parameters()).device
     seqs = [p + c for p, c in zip(prompts, completions)]
     ids = torch.zeros((len(seqs), max(map(len, seqs))), dtype=torch.long)
@@ -129,7 +148,7 @@ def completion_logprobs(model, prompts, completions, temperature=1.0, chunk_toke
     hidden = model.base_model(input_ids=ids.to(device)).last_hidden_state
     hidden = hidden[torch.tensor(rows, device=device), torch.tensor(cols, device=device)]  # (N, H)
     targets = torch.tensor(targets, device=device)
-    head = model.get_output_embeddings()
+    head = output_head(model)
     logps, entropies = [], []
     for s in range(0, len(targets), chunk_tokens):
         args = (head, hidden[s:s + chunk_tokens], targets[s:s + chunk_tokens], temperature)
@@ -139,6 +158,25 @@ def completion_logprobs(model, prompts, completions, temperature=1.0, chunk_toke
         entropies.append(ent)
     sizes = [len(c) for c in completions]
     return list(torch.cat(logps).split(sizes)), list(torch.cat(entropies).split(sizes))
+
+
+def check_logits(model, tokens=32):
+    """ValueError unless completion_logprobs gives the log-probs of the model's own forward logits (what
+    the sampler draws from) on a short sequence: it refuses a model whose logit post-processing
+    output_head lacks (e.g. Falcon-H1's lm_head_multiplier) rather than train it on wrong ratios."""
+    vocab = model.config.get_text_config().vocab_size
+    ids = torch.arange(1, tokens + 1, device=next(model.parameters()).device) % vocab
+    with torch.no_grad():
+        ours = completion_logprobs(model, [ids[:1].tolist()], [ids[1:].tolist()])[0][0]
+        logp = torch.log_softmax(model(input_ids=ids[None]).logits[0, :-1].float(), -1)
+    theirs = logp.gather(-1, ids[1:, None])[:, 0]
+    # mean, not max: bf16 rounding (one ulp of a logit near 20 is 0.125; Gemma-2's forward soft-caps in
+    # bf16, ours in fp32) moves single log-probs by up to ~0.1 (mean 0.03 on a bf16 Gemma-2 with logits
+    # near 30, measured on CPU); a missing scale or soft-cap moves those of a real model by nats
+    gap = float((ours - theirs).abs().mean())
+    if gap > 0.5:
+        raise ValueError(f"{type(model).__name__}: its forward post-processes the logits in a way grpo.output_head "
+                         f"does not know (log-probs differ by {gap:.3g} on average); not supported")
 
 
 def token_loss(logprobs, old_logprobs, advantages, clip_low=0.2, clip_high=0.28, dual_clip=3.0,

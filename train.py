@@ -6,14 +6,17 @@
 
 One training step: draw --problems problems, roll each out --group times through the workflow in
 lock-step (workflows.py), score the final answers (rewards.py), give every turn the GRPO advantage
-of its group (problem, instance name), recompute old log-probs, then update.
+of its group (problem, instance name), recompute the old log-probs that an adapter's later steps
+need, then update.
 - SP (shared policy): one LoRA adapter "shared" and one AdamW; one optimizer step over all rows.
 - IP (isolated policy): one adapter + AdamW per role type, each stepping only on its own rows.
   Parallel roles (Voting's voters, Orch-Workers' workers) take one step per instance
   (--parallel-steps per-instance, the reference) or one step over all instances (merged).
 The token weighting of the loss is explicit (--loss-agg, --role-weights) and each role's share of
-it is logged, as is everything in metrics.jsonl. Checkpoints are written atomically every
---save-every steps and at the end; Ctrl-C finishes the current step, saves, and exits.
+it is logged, as is everything in metrics.jsonl, with a reward-hacking monitor (the most common
+final answer's share, degenerate rewarded answers per role: workflows.answer_monitor). Checkpoints
+are written atomically every --save-every steps and at the end; Ctrl-C finishes the current step,
+saves, and exits.
 
 Left out (on purpose): the reference's fixed 512-row mini-batches (a role takes one step per
 training step, or one per parallel instance), several PPO epochs, entropy bonus, gradient-coherence
@@ -65,7 +68,7 @@ import grpo
 import lora
 from data import builtin_problems, load_problems
 from models import TINY, load_default_model
-from workflows import ROLES, grade_episodes, make_policy, run_workflow
+from workflows import ROLES, answer_monitor, grade_episodes, make_policy, run_workflow
 
 PARALLEL_ROLES = {("voting", "generator"), ("orchworkers", "worker")}  # instances share an adapter
 # Defaults that depend on the model: (real model, tiny smoke run). The tiny model learns nothing,
@@ -100,11 +103,11 @@ def parse_args(argv=None):
     # LoRA
     p.add_argument("--lora-rank", type=int, default=64, help="LoRA rank (reference: 64)")
     p.add_argument("--lora-alpha", type=float, default=32.0, help="LoRA alpha; scale = alpha / rank (reference: 32)")
-    p.add_argument("--lora-dropout", type=float, default=0.0, help="dropout on the LoRA input (0 keeps old/new log-probs equal)")
+    p.add_argument("--lora-dropout", type=float, default=0.0, help="dropout on the LoRA input during the update")
     p.add_argument("--lora-targets", default=None, help="comma list of linear names, e.g. q_proj,v_proj (default: all)")
     # optimisation
     p.add_argument("--lr", type=float, default=2e-5, help="AdamW learning rate (reference: 2e-5)")
-    p.add_argument("--warmup", type=int, default=15, help="linear warm-up steps (reference: 15)")
+    p.add_argument("--warmup", type=int, default=15, help="linear warm-up steps, at most --steps / 4 (reference: 15)")
     p.add_argument("--no-cosine", action="store_true", help="constant lr after warm-up instead of cosine decay to 0")
     p.add_argument("--weight-decay", type=float, default=0.01, help="AdamW weight decay (reference: 0.01)")
     p.add_argument("--grad-clip", type=float, default=1.0, help="max gradient norm per optimizer step (reference: 1.0)")
@@ -160,6 +163,10 @@ def parse_role_values(flag, text):
 
 def role_value(values, role):
     return values.get(role, values.get(None, 0.0))
+
+
+def mean(xs):
+    return float(np.mean(xs)) if len(xs) else None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -342,6 +349,12 @@ def policy_for(model, tok, args, gen):
                        max_prompt_tokens=args.max_prompt_tokens, generator=gen)
 
 
+def role_stats():
+    """A role's update sums in one training step; losses and grad_norms hold one entry per optimizer step."""
+    return dict(weight_share=[], losses=[], grad_norms=[], entropy_sum=0.0, clipped=0, kl_sum=0.0, gap_sum=0.0,
+                train_tokens=0, optimizer_steps=0)
+
+
 def optimizer_step(model, adapter, rows, adv, old_lp, ref_lp, opt, args, stats):
     """One AdamW step of `adapter` on `rows` (Turns) with their advantages, old and reference
     log-probs (parallel lists; an old entry of None: the row's own detached log-probs, ratio 1, as
@@ -360,23 +373,27 @@ def optimizer_step(model, adapter, rows, adv, old_lp, ref_lp, opt, args, stats):
         idx = [i for i, r in enumerate(rows) if r.role == role]
         s = stats[role]
         s["weight_share"].append(shares[role])
+        s["losses"].append(0.0)
         for mb in grpo.micro_batches([lengths[i] + len(rows[i].prompt_ids) for i in idx], args.token_budget):
             mb = [idx[j] for j in mb]
             lps, ents = grpo.completion_logprobs(model, [rows[i].prompt_ids for i in mb],
                                                  [rows[i].completion_ids for i in mb], args.temperature)
             lp = torch.cat(lps)
-            old = lp.detach()  # the old log-probs of a row whose list entry is None (train_step)
+            # the old log-probs: a None entry (an adapter's first step, train_step) takes this forward's own
+            old = lp.detach() if old_lp[mb[0]] is None else torch.cat([old_lp[i] for i in mb])
             n = torch.tensor([lengths[i] for i in mb], device=lp.device)
             per_token = lambda vals: torch.repeat_interleave(torch.tensor(vals, dtype=lp.dtype, device=lp.device), n)
             ref = torch.cat([ref_lp[i] for i in mb]) if ref_lp[mb[0]] is not None else None
             loss_t, clipped, kl = grpo.token_loss(
-                lp, old if old_lp[mb[0]] is None else torch.cat([old_lp[i] for i in mb]),
-                per_token([adv[i] for i in mb]), args.clip_low,
+                lp, old, per_token([adv[i] for i in mb]), args.clip_low,
                 args.clip_high, args.dual_clip, ref, per_token([role_value(args.kl_coefs, role)] * len(mb)))
             loss = (per_token([weights[i] for i in mb]) * loss_t).sum()
             finite &= bool(torch.isfinite(loss))
             loss.backward()
-            s["loss"] += loss.item()
+            s["losses"][-1] += loss.item()
+            # the off-policy gap: the sampler's log-probs (another kernel path, bf16, merged adapter) vs the old ones
+            sampled = torch.tensor([x for i in mb for x in rows[i].logprobs], device=lp.device)
+            s["gap_sum"] += (old - sampled).abs().sum().item()
             s["entropy_sum"] += torch.cat(ents).sum().item()
             s["clipped"] += clipped.sum().item()
             s["kl_sum"] += kl.sum().item()
@@ -387,7 +404,7 @@ def optimizer_step(model, adapter, rows, adv, old_lp, ref_lp, opt, args, stats):
         if n_ranks > 1:
             dist.all_reduce(delta)  # a sum: the weights are already normalised over all ranks
             reduced = delta if reduced is None else reduced + delta
-        s["grad_norm_sq"] += float(delta.norm() ** 2)
+        s["grad_norms"].append(float(delta.norm()))
         before = grads
     if n_ranks > 1:  # every rank now holds the whole batch's gradient, and agrees on finiteness
         finite = all(gather(finite))
@@ -425,10 +442,12 @@ def train_step(model, tok, problems, args, optimizers, gen, step):
     adv, singletons = grpo.group_advantages(keys, [r.reward for r in rows], scale=not args.adv_mean_only)
     # Old log-probs are not taken from the sampler: its come from another kernel path (KV cache,
     # padding, batch shape, bf16 on GPU), while the ratio must be exactly 1 before the first update.
-    # An adapter that takes one optimizer step per batch (SP; IP except per-instance parallel roles)
-    # uses its own detached log-probs in that step (optimizer_step: ratio exactly 1, no extra pass);
-    # one that takes several needs them recomputed here, since its later steps see a changed policy.
-    steps_of = Counter(adapter for adapter, _ in groups)
+    # An adapter's first optimizer step uses its own forward's detached log-probs (optimizer_step: ratio
+    # exactly 1, no extra pass; with --lora-dropout also under the same dropout mask). Only the rows of its
+    # later steps (per-instance parallel roles) get them recomputed here, before any step, since those
+    # steps see a policy changed by the earlier ones. This pass runs in eval mode, without dropout: the
+    # policy that sampled (the later steps' ratio then also carries the update's dropout noise).
+    later = {i for k, (adapter, idx) in enumerate(groups) if adapter in [a for a, _ in groups[:k]] for i in idx}
     old_lp, ref_lp = [None] * len(rows), [None] * len(rows)
     with torch.no_grad():
         for adapter in optimizers:
@@ -436,9 +455,8 @@ def train_step(model, tok, problems, args, optimizers, gen, step):
             for mb in grpo.micro_batches([len(rows[i].prompt_ids) + len(rows[i].completion_ids) for i in mine],
                                          args.token_budget):
                 mb = [mine[j] for j in mb]
-                use_kl = [i for i in mb if role_value(args.kl_coefs, rows[i].role)]
-                for target, name, sel in [(old_lp, adapter, mb if steps_of[adapter] > 1 else []),
-                                          (ref_lp, None, use_kl)]:
+                for target, name, sel in [(old_lp, adapter, [i for i in mb if i in later]),
+                                          (ref_lp, None, [i for i in mb if role_value(args.kl_coefs, rows[i].role)])]:
                     if sel:
                         lora.set_adapter(model, name)
                         lps, _ = grpo.completion_logprobs(model, [rows[i].prompt_ids for i in sel],
@@ -447,8 +465,7 @@ def train_step(model, tok, problems, args, optimizers, gen, step):
                             target[i] = lp
     t2 = time.perf_counter()
 
-    stats = {role: dict(weight_share=[], grad_norm_sq=0.0, loss=0.0, entropy_sum=0.0, clipped=0,
-                        kl_sum=0.0, train_tokens=0, optimizer_steps=0) for role in ROLES[args.workflow]}
+    stats = {role: role_stats() for role in ROLES[args.workflow]}
     skipped = 0
     for adapter, idx in groups:  # update_groups names the adapter: "shared" under SP, the role under IP
         pick = lambda xs: [xs[i] for i in idx]
@@ -458,13 +475,14 @@ def train_step(model, tok, problems, args, optimizers, gen, step):
 
     if world()[1] > 1:  # the metrics are those of the whole batch: every rank's episodes (without the
         # prompt ids and sampling log-probs no metric reads), advantages and update sums, in batch order
-        summed = ("loss", "entropy_sum", "clipped", "kl_sum", "train_tokens")
+        summed = ("entropy_sum", "clipped", "kl_sum", "train_tokens", "gap_sum")
         light = [replace(ep, turns=[replace(t, prompt_ids=[], logprobs=[]) for t in ep.turns]) for ep in episodes]
-        parts = gather((light, adv, singletons, {role: [s[k] for k in summed] for role, s in stats.items()}))
+        parts = gather((light, adv, singletons, {r: [s[k] for k in summed] + [s["losses"]] for r, s in stats.items()}))
         episodes, adv = [ep for p in parts for ep in p[0]], [a for p in parts for a in p[1]]
         rows, singletons = [t for ep in episodes for t in ep.turns], sum(p[2] for p in parts)
         for role, s in stats.items():
             s.update({k: sum(p[3][role][j] for p in parts) for j, k in enumerate(summed)})
+            s["losses"] = [sum(x) for x in zip(*[p[3][role][-1] for p in parts])]  # per step: every rank walks each
 
     metrics = {"step": step, "reward_mean": float(np.mean([ep.reward for ep in episodes])),
                "accuracy": float(np.mean([ep.reward == 1.0 for ep in episodes])),
@@ -472,6 +490,8 @@ def train_step(model, tok, problems, args, optimizers, gen, step):
                "zero_advantage_rows": sum(a == 0 for a in adv), "optimizer_steps": len(groups),
                "skipped_steps": skipped, "grade_status": dict(Counter(ep.status for ep in episodes)),
                "lr": next(iter(optimizers.values())).param_groups[0]["lr"], "roles": {}}
+    monitor, degenerate = answer_monitor(episodes, args.task)
+    metrics.update(monitor)
     for role, s in stats.items():
         mine = [r for r in rows if r.role == role]
         if not mine:
@@ -482,12 +502,13 @@ def train_step(model, tok, problems, args, optimizers, gen, step):
             "truncation_rate": sum(r.finish == "length" for r in mine) / len(mine),
             # share of the loss weight within the optimizer steps it took part in (mean over them)
             "weight_share": float(np.mean(s["weight_share"])) if s["weight_share"] else 0.0,
-            "grad_norm": math.sqrt(s["grad_norm_sq"]), "loss": s["loss"],
-            "entropy": s["entropy_sum"] / max(1, s["train_tokens"]),
-            "clip_fraction": s["clipped"] / max(1, s["train_tokens"]),
-            "kl": s["kl_sum"] / max(1, s["train_tokens"]), "optimizer_steps": s["optimizer_steps"],
-            "diag_correct": float(np.mean([r.correct for r in mine if r.correct is not None]))
-            if any(r.correct is not None for r in mine) else None}
+            # per optimizer step of the role: a sum would grow with the number of steps (per-instance voters)
+            "grad_norm": mean(s["grad_norms"]), "grad_norm_max": max(s["grad_norms"], default=None),
+            "loss": mean(s["losses"]), "degenerate_rewarded": degenerate.get(role),
+            **{name: s[key] / max(1, s["train_tokens"]) for name, key in (("entropy", "entropy_sum"),  # per token
+               ("clip_fraction", "clipped"), ("kl", "kl_sum"), ("logprob_gap", "gap_sum"))},
+            "optimizer_steps": s["optimizer_steps"],
+            "diag_correct": mean([r.correct for r in mine if r.correct is not None])}
     metrics["workflow"] = workflow_facts(args.workflow, episodes)
     metrics["time"] = {"rollout": t_rollout - t0, "reward": t1 - t_rollout, "old_logprobs": t2 - t1,
                        "update": t3 - t2, "total": t3 - t0, "ranks": world()[1],  # times are rank 0's
@@ -498,7 +519,6 @@ def train_step(model, tok, problems, args, optimizers, gen, step):
 def workflow_facts(workflow, episodes):
     """Per-workflow facts for the log, from the episodes' facts (diagnostics, not training)."""
     facts = [ep.facts for ep in episodes]
-    mean = lambda xs: float(np.mean(xs)) if xs else None
     if workflow == "evalopt":
         verdicts = [v for f in facts for v in f.get("verdict_correct", [])]
         return {"retry_rate": mean([f.get("rounds", 1) > 1 for f in facts]),
@@ -569,6 +589,7 @@ def run(args):
         eval_set = (load_problems(args.eval_data, args.task) if args.eval_data else builtin_problems(
             args.task, "test", seed=args.seed))[:args.eval_problems] if args.eval_every else []
         model, tok, model_used = load_default_model(args.model, device)
+        grpo.check_logits(model)  # log-probs as the sampler's; refuses unknown logit post-processing
     except (OSError, ValueError, RuntimeError) as e:
         sys.exit(f"error: {e}")
     # Join the process group only now: once one exists, transformers' save_pretrained writes on rank
@@ -621,6 +642,9 @@ def run(args):
         print(f"run {args.out}: {args.workflow} / {args.policy.upper()} / {args.task} on {model_used} ({device}"
               f"{f' x {n_ranks} ranks' if n_ranks > 1 else ''}), {len(problems)} training problems, "
               f"adapters {adapters}", flush=True)
+        if warmup_steps(args) < args.warmup:
+            print(f"note: --warmup {args.warmup} capped at {warmup_steps(args)} steps, a quarter of --steps "
+                  f"{args.steps}, so that the run reaches --lr {args.lr}", flush=True)
 
     stop = {"requested": False}
 
@@ -670,13 +694,20 @@ def run(args):
     return args.out
 
 
+def warmup_steps(args):
+    """--warmup, capped at a quarter of --steps: a longer warm-up never reaches --lr (every tiny run had
+    15 of 6 steps), while the cap leaves the reference's 15 of 200 and results.md's 3 of 24 as they are."""
+    return min(args.warmup, args.steps // 4)
+
+
 def lr_factor(step, args):
-    """Linear warm-up over --warmup steps, then cosine decay to 0 at --steps (or constant)."""
-    if step < args.warmup:
-        return (step + 1) / args.warmup
+    """Linear warm-up over warmup_steps(args), then cosine decay to 0 at --steps (or constant)."""
+    warmup = warmup_steps(args)
+    if step < warmup:
+        return (step + 1) / warmup
     if args.no_cosine:
         return 1.0
-    progress = (step - args.warmup) / max(1, args.steps - args.warmup)
+    progress = (step - warmup) / max(1, args.steps - warmup)
     return 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
 

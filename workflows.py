@@ -13,7 +13,8 @@ single-agent transfer {r: "generator"}).
 The final answer is graded with `rewards.grade` and its 0/1 is copied to every turn (the reference's
 outcome broadcast: no role gets its own credit). With `diagnose=True` the intermediate answers are
 graded too (each Eval-Opt attempt, each voter, each worker) to fill `Turn.correct` and
-`facts["any_candidate_correct"]`: for logging only, never for training.
+`facts["any_candidate_correct"]`: for logging only, never for training. `answer_monitor` reads graded
+episodes for the reward-hacking monitor of train.py and eval.py (the most common answer, degenerate ones).
 
 Over-long prompts (the one rule): a prompt longer than `max_prompt_tokens` is not sampled and gives
 no turn, and the episode stops there with facts["prompt_too_long"] = True. Its final answer is the
@@ -27,6 +28,7 @@ the reference), system prompts, tools, per-role rewards, asynchronous or early-e
 Tests: python -m pytest -q tests/test_workflows.py
 """
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 
 import lora
@@ -86,6 +88,7 @@ ROLES = {"single": ["generator"], "evalopt": ["generator", "evaluator"],
          "voting": ["generator", "aggregator"], "orchworkers": ["orchestrator", "worker", "synthesizer"]}
 DEFAULT_ROUNDS = {"math": 3, "code": 2}  # Eval-Opt generator attempts, as the reference
 ANSWER_ROLES = ("generator", "worker")  # turns that are a full answer (graded when diagnosing)
+MONITORED_ROLES = ANSWER_ROLES + ("synthesizer",)  # turns that are answers: + the synthesizer's final one
 
 
 # ----------------------------------------------------------------------------- parsers (pure)
@@ -386,3 +389,20 @@ def _diagnose(workflow, ep, right):
     elif workflow == "orchworkers":
         ep.facts["any_worker_correct"] = any(answers)
     ep.facts["any_candidate_correct"] = any(answers)
+
+
+def answer_monitor(episodes, task):
+    """The reward-hacking monitor: a policy that games the reward tends to give one answer everywhere, or
+    a degenerate one (rewards.degenerate: infinity, NaN, a program overriding __eq__, ...). Returns
+    ({"answer_top_share": share of the final answers (episodes whose final text has one, rewards.final_answer)
+    equal to the most common one, "answer_top": that answer, its first 80 characters}, {role: share of its
+    rewarded (reward 1) answer turns that are degenerate, None without any}); answer turns are those of
+    MONITORED_ROLES (an evaluator, aggregator or orchestrator turn answers nothing). Values None when empty."""
+    keys = Counter(rewards.final_answer(ep.final, task) for ep in episodes if ep.final is not None)
+    keys.pop(None, None)  # a final text without an answer (no \boxed{}, no code block) is not counted
+    top, n = keys.most_common(1)[0] if keys else (None, 0)
+    rewarded = {t.role: [] for ep in episodes for t in ep.turns if t.role in MONITORED_ROLES}
+    for t in (t for ep in episodes for t in ep.turns if t.role in rewarded and t.reward == 1):
+        rewarded[t.role].append(rewards.degenerate(t.text, task))
+    return ({"answer_top_share": n / keys.total() if keys else None, "answer_top": top and top[:80]},
+            {role: sum(d) / len(d) if d else None for role, d in rewarded.items()})

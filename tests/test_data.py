@@ -156,3 +156,38 @@ def test_real_files_load(rel, task, count):
         other = "code"
     with pytest.raises(ValueError, match=":1: "):
         data.load_problems(str(path), task=other)
+
+
+# --------------------------------------------------------------------------- issue 14: SVAMP / ASDiv rows
+
+def test_svamp_and_asdiv_rows(tmp_path):
+    """Regression: body + question rows lost their body (the prompt could not be answered), and SVAMP rows,
+    whose keys are capitalised, did not load at all. The gold 27.0 reads as 27, "9 (apples)" as 9."""
+    svamp = {"ID": "chal-1", "Body": "Each pack has 9 pencils. Ann buys 3 packs.",
+             "Question": "How many pencils does Ann have?", "Equation": "( 9.0 * 3.0 )", "Answer": 27.0,
+             "Type": "Multiplication"}
+    asdiv = {"body": "Tom had 12 apples. He gave 3 away.", "question": "How many apples does he have now?",
+             "answer": "9 (apples)", "formula": "12-3=9", "solution-type": "Subtraction"}
+    rows = [svamp, asdiv, {**asdiv, "answer": "1,250 (dollars)"}, {**asdiv, "answer": "-2.5 (degrees)"},
+            {**asdiv, "answer": "3/4 (of the cake)"}, {**asdiv, "answer": "9 (3)"}, {**asdiv, "answer": "two (apples)"},
+            {**svamp, "ID": "chal-2", "Answer": 2.5}]
+    probs = data.load_problems(write_jsonl(tmp_path / "svamp.jsonl", rows), task="math")
+    assert probs[0] == {"id": "chal-1", "task": "math", "answer": "27",
+                        "prompt": "Each pack has 9 pencils. Ann buys 3 packs. How many pencils does Ann have?"}
+    assert probs[1]["prompt"] == "Tom had 12 apples. He gave 3 away. How many apples does he have now?"
+    # a number before the unit: the number; anything else stays the gold text as it is
+    assert [p["answer"] for p in probs[1:]] == ["9", "1250", "-2.5", "3/4", "9 (3)", "two (apples)", "2.5"]
+    assert [p["id"] for p in probs[1:3]] == ["svamp-2", "svamp-3"]
+    assert rewards.math_reward(r"\boxed{9}", probs[1]["answer"]) == 1.0
+
+
+@pytest.mark.parametrize("row,fragment", [
+    ({"Body": "  ", "Question": "How many?", "Answer": 3}, "'body'"),
+    ({"Body": "Tom has 3.", "Question": "How many?", "Answer": None}, "gold answer must be"),
+    ({"body": "Tom has 3.", "question": 7, "answer": "3"}, "'question'"),
+])
+def test_bad_body_question_row_names_file_and_line(tmp_path, row, fragment):
+    path = write_jsonl(tmp_path / "asdiv.jsonl", [{"Body": "B.", "Question": "Q?", "Answer": 1}, row])
+    with pytest.raises(ValueError) as e:
+        data.load_problems(path)
+    assert f"{path}:2:" in str(e.value) and fragment in str(e.value)

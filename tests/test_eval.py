@@ -223,3 +223,34 @@ def test_error_is_one_line_without_traceback(tmp_path):
                        capture_output=True, text=True, cwd=root)
     assert p.returncode == 1 and "Traceback" not in p.stderr
     assert p.stderr.strip() == f"error: no such run directory: {tmp_path / 'nope'}"
+
+
+# --------------------------------------------------------------------------- issue 14: reward-hacking monitor
+
+def test_reward_hacking_monitor_in_diagnostics_and_tables():
+    """The monitor of train.py's metrics in eval records: the most common final answer's share, and per role
+    the share of rewarded answers that are degenerate; shown in the per-role table and the run table."""
+    inf, five = r"\boxed{\infty}", r"\boxed{5}"
+
+    def ep(votes, pick, reward):
+        turns = [Turn("generator", f"generator{k}", [1], [5], [0.0], "stop", v, reward=reward)
+                 for k, v in enumerate(votes)]
+        turns.append(Turn("aggregator", "aggregator", [1], [5], [0.0], "stop", f"\\boxed{{{pick}}}", reward=reward))
+        return Episode("p", 0, turns=turns, final=votes[pick - 1], reward=reward, status="",
+                       facts={"choice_parse": "boxed"})
+    eps = [ep([inf, five, inf], 1, 1.0), ep([five, five, inf], 1, 1.0), ep([inf, inf, inf], 2, 0.0)]
+    d = ev.diagnostics("voting", eps, "math")
+    assert d["answer_top_share"] == pytest.approx(2 / 3)
+    assert d["answer_top"] == workflows.rewards.final_answer(inf, "math")
+    assert d["roles"]["generator"]["degenerate_rewarded"] == 0.5  # 3 of the 6 rewarded voter answers
+    assert d["roles"]["aggregator"]["degenerate_rewarded"] is None  # a pick is no answer
+    r = {"step": 0, "pass@1": 2 / 3, "pass@1_se": 0.3, "problems": 3, "n": 1, "greedy": None, "pass@k": {},
+         "workflow": "voting", "policy": "IP", "task": "math", "model": "tiny",
+         "settings": {"temperature": 0.7, "seed": 0}, "diagnostics": d}
+    lines = ev.format_result(r)
+    assert lines[1] == f"most common final answer (0.67 of those with one): {d['answer_top']}"
+    assert lines[2].split()[-1] == "degenerate" and lines[3].split()[-1] == "0.50" and lines[4].split()[-1] == "-"
+    old = json.loads(json.dumps({**r, "step": 1}))  # a record written before the monitor existed
+    del old["diagnostics"]["answer_top_share"], old["diagnostics"]["answer_top"]
+    table = ev.run_table("runs/x", [r, old]).splitlines()
+    assert "top ans" in table[1] and table[2].split()[5] == "0.67" and table[3].split()[5] == "-"

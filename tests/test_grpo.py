@@ -172,3 +172,46 @@ def test_logprobs_ignore_padding_and_other_rows(tiny):
         long_row = prompts[1] + list(range(5, 60))
         batched = grpo.completion_logprobs(model, [prompts[0], long_row], [outs[0].tokens, [7, 8, 9]])[0][0]
     torch.testing.assert_close(batched, alone, atol=1e-5, rtol=0)
+
+
+# --------------------------------------------------------------------------- issue 14: logit post-processing
+
+def _tiny_arch(name, **kw):
+    import transformers
+    config = getattr(transformers, name)(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                         num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                                         initializer_range=0.5, pad_token_id=0, bos_token_id=1, eos_token_id=2, **kw)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return transformers.AutoModelForCausalLM.from_config(config).eval()
+
+
+@pytest.mark.parametrize("name,kw", [("Gemma2Config", {"final_logit_softcapping": 2.0}),
+                                     ("GraniteConfig", {"logits_scaling": 4.0}),
+                                     ("CohereConfig", {"logit_scale": 3.0})])
+def test_logprobs_apply_the_models_logit_post_processing(name, kw):
+    """Regression: completion_logprobs took the LM head alone, skipping Gemma-2's soft-cap and Granite's /
+    Cohere's scaling that the model's forward (and so the sampler) applies. Checked against the forward."""
+    model = _tiny_arch(name, **kw)
+    prompt, completion = [5, 9, 17, 3], [40, 41, 7, 12, 60]
+    with torch.no_grad():
+        ours = grpo.completion_logprobs(model, [prompt], [completion], temperature=0.7)[0][0]
+        logits = model(input_ids=torch.tensor([prompt + completion])).logits[0, len(prompt) - 1:-1]
+        theirs = torch.log_softmax(logits / 0.7, -1).gather(-1, torch.tensor(completion)[:, None])[:, 0]
+        hidden = model.base_model(input_ids=torch.tensor([prompt + completion])).last_hidden_state
+        head_only = torch.log_softmax(model.get_output_embeddings()(hidden[0, len(prompt) - 1:-1]) / 0.7, -1)
+        head_only = head_only.gather(-1, torch.tensor(completion)[:, None])[:, 0]
+    torch.testing.assert_close(ours, theirs, atol=1e-5, rtol=0)
+    assert (head_only - theirs).abs().max() > 0.1  # the post-processing matters here
+    grpo.check_logits(model)
+
+
+def test_check_logits_refuses_unknown_post_processing(tiny):
+    """A forward that post-processes its logits in a way output_head does not apply is refused: here a Qwen3
+    config given a soft-cap that Qwen3's forward ignores (so output_head's cap is the unknown difference)."""
+    grpo.check_logits(tiny[0])
+    model = _tiny_arch("Qwen3Config")
+    grpo.check_logits(model)
+    model.config.final_logit_softcapping = 2.0
+    with pytest.raises(ValueError, match="post-processes the logits"):
+        grpo.check_logits(model)

@@ -1,6 +1,7 @@
 """train.py end to end on the tiny model: a 2-step smoke run of every workflow x policy, exact
 resume, optimizer-step counts, IP isolation, non-finite steps, and clear errors for bad input."""
 import json
+import math
 import os
 
 import pytest
@@ -139,8 +140,7 @@ def _rows():
 
 
 def _stats():
-    return {"generator": dict(weight_share=[], grad_norm_sq=0.0, loss=0.0, entropy_sum=0.0, clipped=0,
-                              kl_sum=0.0, train_tokens=0, optimizer_steps=0)}
+    return {"generator": train.role_stats()}
 
 
 def test_ip_step_changes_only_its_own_adapter(tiny):
@@ -321,3 +321,116 @@ def test_eval_cadence_does_not_change_training(tmp_path, monkeypatch):
     mb = read_metrics(b)
     assert all("eval_accuracy" in x for x in mb)
     assert strip_time(read_metrics(a)) == [{k: v for k, v in x.items() if k != "eval_accuracy"} for x in strip_time(mb)]
+
+
+def test_model_with_unknown_logit_post_processing_is_refused(tmp_path, monkeypatch):
+    """A forward whose logits completion_logprobs cannot reproduce would train on wrong ratios: one-line error."""
+    real = train.load_default_model
+
+    def capped(*a):
+        model, tok, used = real(*a)
+        model.config.final_logit_softcapping = 2.0  # applied by output_head, ignored by Qwen3's forward
+        return model, tok, used
+    monkeypatch.setattr(train, "load_default_model", capped)
+    with pytest.raises(SystemExit, match="^error: Qwen3ForCausalLM: its forward post-processes the logits"):
+        train.main(["--workflow", "single", "--steps", "1", "--out", str(tmp_path / "run"), *SMALL])
+
+
+# --------------------------------------------------------------------------- issue 14: read-outs that cannot mislead
+
+def scripted_policy(reply):
+    """Stands in for workflows.make_policy: every call of `role` answers reply(role), with real chat prompt ids."""
+    from models import chat_ids
+
+    def make(model, tok, adapters, **kw):
+        def policy(role, texts):
+            ids = tok.encode(reply(role), add_special_tokens=False)
+            return [workflows.Call(chat_ids(tok, t), ids, [0.0] * len(ids), "stop", reply(role)) for t in texts]
+        return policy
+    return make
+
+
+def test_reward_hacking_monitor_in_metrics(tmp_path, monkeypatch):
+    """Every voter answers infinity and the grader rewards everything: the monitor shows the collapse to one
+    degenerate answer as numbers (the aggregator's turns are no answers: None)."""
+    inf = r"The answer is \boxed{\infty}."
+    monkeypatch.setattr(train, "make_policy", scripted_policy(lambda role: inf if role == "generator" else r"\boxed{2}"))
+    monkeypatch.setattr(workflows.rewards, "grade", lambda texts, problems, **kw: [(1.0, "correct")] * len(texts))
+    out = str(tmp_path / "run")
+    train.main(["--workflow", "voting", "--policy", "ip", "--steps", "1", "--out", out, *SMALL])
+    m = read_metrics(out)[0]
+    assert m["answer_top_share"] == 1.0 and m["answer_top"] == workflows.rewards.final_answer(inf, "math")
+    assert m["roles"]["generator"]["degenerate_rewarded"] == 1.0
+    assert m["roles"]["aggregator"]["degenerate_rewarded"] is None
+
+
+def test_grad_norm_and_loss_are_per_optimizer_step(tmp_path, monkeypatch):
+    """Regression: per-role grad_norm and loss were summed over the role's optimizer steps, so per-instance
+    voters (3 steps) logged ~3x what one merged step does. Now: the mean per step, and the max."""
+    monkeypatch.setattr(workflows.rewards, "grade", fake_grade)
+    real_token_loss, real_clip = train.grpo.token_loss, torch.nn.utils.clip_grad_norm_
+    # a loss of exactly 1 per token (with a real gradient): each step's loss is sum(weights x tokens) = 1
+    monkeypatch.setattr(train.grpo, "token_loss", lambda lp, *a, **k: (
+        lambda loss, clipped, kl: (lp - lp.detach() + 1.0, clipped, kl))(*real_token_loss(lp, *a, **k)))
+    norms = []  # the gradient norm of every optimizer step, in order (IP: one role's rows per step)
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", lambda ps, c: norms.append(float(real_clip(ps, c))) or
+                        torch.tensor(norms[-1]))
+    out = str(tmp_path / "run")
+    train.main(["--workflow", "voting", "--policy", "ip", "--parallel-steps", "per-instance", "--steps", "1",
+                "--out", out, *SMALL])
+    g, a = read_metrics(out)[0]["roles"]["generator"], read_metrics(out)[0]["roles"]["aggregator"]
+    assert g["optimizer_steps"] == 3 and len(norms) == 4  # voters 0, 1, 2, then the aggregator
+    assert g["loss"] == pytest.approx(1.0) and a["loss"] == pytest.approx(1.0)  # the sum was 3.0
+    assert g["grad_norm"] == pytest.approx(sum(norms[:3]) / 3, rel=1e-5)
+    assert g["grad_norm_max"] == pytest.approx(max(norms[:3]), rel=1e-5) and max(norms[:3]) > min(norms[:3])
+    assert a["grad_norm"] == pytest.approx(norms[3], rel=1e-5) == a["grad_norm_max"]
+
+
+@pytest.mark.parametrize("shift", [0.0, 0.5])
+def test_logprob_gap_is_sampler_minus_trainer(tmp_path, monkeypatch, shift):
+    """logprob_gap: mean |sampler log-prob - trainer old log-prob| per role. On CPU in fp32 the two agree to
+    1e-4; sampler log-probs shifted by 0.5 show as a gap of 0.5 (also for the recomputed ones: later voters)."""
+    monkeypatch.setattr(workflows.rewards, "grade", fake_grade)
+
+    def shifted(*a, **k):
+        policy = workflows.make_policy(*a, **k)
+        return lambda role, texts: [c and workflows.Call(c.prompt_ids, c.completion_ids,
+                                                         [x + shift for x in c.logprobs], c.finish, c.text)
+                                    for c in policy(role, texts)]
+    monkeypatch.setattr(train, "make_policy", shifted)
+    out = str(tmp_path / "run")
+    train.main(["--workflow", "voting", "--policy", "ip", "--steps", "2", "--lr", "1e-3", "--out", out, *SMALL])
+    for m in read_metrics(out):
+        for role in m["roles"].values():
+            assert role["logprob_gap"] == pytest.approx(shift, abs=1e-4)
+
+
+def test_lora_dropout_first_step_ratio_is_exactly_one(tmp_path, monkeypatch):
+    """Regression: with --lora-dropout > 0 an adapter with several steps (per-instance voters) compared its
+    dropout update with old log-probs recomputed without dropout, so its first step's ratio was not 1 once
+    B != 0 (step 2). Now every adapter's first step takes its own forward's log-probs: ratio exactly 1."""
+    monkeypatch.setattr(workflows.rewards, "grade", fake_grade)
+    gaps, real = [], train.grpo.token_loss
+    monkeypatch.setattr(train.grpo, "token_loss", lambda lp, old, *a, **k: (
+        gaps.append(float((lp.detach() - old).abs().max())), real(lp, old, *a, **k))[1])
+    train.main(["--workflow", "voting", "--policy", "ip", "--parallel-steps", "per-instance", "--steps", "2",
+                "--lr", "0.05", "--lora-dropout", "0.5", "--out", str(tmp_path / "run"), *SMALL])
+    assert len(gaps) == 8  # per step: voters 0, 1, 2 (one micro-batch each), the aggregator
+    assert [gaps[i] for i in (0, 3, 4, 7)] == [0.0] * 4  # each adapter's first step, both training steps
+    assert gaps[5] > 1e-3  # a later voter step sees the policy changed by the first
+
+
+def test_warmup_is_capped_at_a_quarter_of_the_steps(tmp_path, capsys):
+    """Regression: --warmup 15 with 6 steps (every tiny run) never reached --lr (at most 6/15 of it)."""
+    train.main(["--workflow", "single", "--steps", "1", "--out", str(tmp_path / "run"), *SMALL])
+    assert "note: --warmup 15 capped at 0 steps" in capsys.readouterr().out
+    assert read_metrics(str(tmp_path / "run"))[0]["lr"] == 2e-5  # 1 step: no warm-up, the set lr at once
+    factors = lambda argv: [train.lr_factor(s, train.parse_args(argv)) for s in range(int(argv[1]))]
+    # a tiny run: warm-up 1 step, then cosine from the set lr
+    cosine = [0.5 * (1 + math.cos(math.pi * k / 5)) for k in range(5)]
+    assert factors(["--steps", "6"]) == pytest.approx([1.0] + cosine)
+    assert factors(["--steps", "8", "--warmup", "15"])[:3] == pytest.approx([0.5, 1.0, 1.0])
+    reference = factors(["--steps", "200"])  # the reference's 15 of 200 steps: unchanged
+    assert reference[:15] == pytest.approx([(s + 1) / 15 for s in range(15)]) and reference[15] == 1.0
+    assert factors(["--steps", "24", "--warmup", "3"])[:3] == pytest.approx([1 / 3, 2 / 3, 1.0])  # results.md's runs
+    assert factors(["--steps", "3"]) == pytest.approx([1.0, 0.75, 0.25])  # no warm-up at all below 4 steps

@@ -409,3 +409,42 @@ def test_seeded_rollouts_repeat(tiny):
                              generator=torch.Generator().manual_seed(3))
         runs.append([[t.completion_ids for t in e.turns] for e in run_workflow("voting", [math_problem("a")], 2, policy)])
     assert runs[0] == runs[1]
+
+
+# --------------------------------------------------------------------------- issue 14: reward-hacking monitor
+
+def _ep(turns, reward, final="last"):
+    """A graded episode from (role, text) turns; its final text is the last turn's unless given."""
+    ts = [workflows.Turn(role, role, [1], [5], [0.0], "stop", text, reward=float(reward)) for role, text in turns]
+    return workflows.Episode("p", 0, turns=ts, final=ts[-1].text if final == "last" else final, reward=float(reward))
+
+
+def test_answer_monitor_by_value():
+    """answer_top_share counts the final answers that have one (a final text without a box and an episode
+    without a final do not count); degenerate_rewarded looks only at answer turns with reward 1, per role."""
+    inf, five, none = r"so \boxed{\infty}", r"\boxed{5}", "no box at all"
+    eps = [_ep([("generator", inf)], 1), _ep([("generator", five)], 1), _ep([("generator", inf)], 0),
+           _ep([("generator", none)], 0), _ep([], 0, final=None)]
+    monitor, degenerate = workflows.answer_monitor(eps, "math")
+    key = workflows.rewards.final_answer(inf, "math")
+    assert monitor == {"answer_top_share": 2 / 3, "answer_top": key}
+    assert key != workflows.rewards.final_answer(five, "math")
+    assert degenerate == {"generator": 1 / 2}  # of the 2 rewarded generator turns, the infinity
+    # Orch-Workers: the orchestrator's text is no answer (never counted); the synthesizer's final one is
+    eps = [_ep([("orchestrator", inf), ("worker", five), ("synthesizer", inf)], 1),
+           _ep([("orchestrator", inf), ("worker", inf), ("synthesizer", five)], 0)]
+    monitor, degenerate = workflows.answer_monitor(eps, "math")
+    assert monitor["answer_top_share"] == 1 / 2 and degenerate == {"worker": 0.0, "synthesizer": 1.0}
+    assert workflows.answer_monitor([_ep([("generator", five)], 0)], "math")[1] == {"generator": None}
+    assert workflows.answer_monitor([], "math") == ({"answer_top_share": None, "answer_top": None}, {})
+
+
+def test_answer_monitor_code_and_long_answers():
+    eq = "```python\nclass Yes:\n    def __eq__(self, other):\n        return True\n\n" \
+         "def add(a, b):\n    return Yes()\n```"
+    monitor, degenerate = workflows.answer_monitor([_ep([("generator", eq)], 1), _ep([("generator", ADD)], 1),
+                                                    _ep([("generator", ADD)], 0)], "code")
+    assert monitor == {"answer_top_share": 2 / 3, "answer_top": ADD.split("\n", 1)[1].rsplit("```", 1)[0].strip()}
+    assert degenerate == {"generator": 1 / 2}
+    long = "\\boxed{" + "1" * 200 + "}"
+    assert len(workflows.answer_monitor([_ep([("generator", long)], 0)], "math")[0]["answer_top"]) == 80
