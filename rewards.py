@@ -47,6 +47,7 @@ from fractions import Fraction
 TIMEOUT_S = 5.0        # wall-clock seconds per program run (HumanEval's harness uses 3)
 MEMORY_MB = 1024       # address-space limit per program, MiB
 OUTPUT_MB = 16         # cap on stdout/stderr and on any file the program writes, MiB
+MAX_ANSWER_CHARS = 1000  # a longer boxed answer (or gold) scores 0 with status 'error' before any parsing
 SYMPY_TIMEOUT_S = 2.0  # per symbolic comparison; the helper process is killed and restarted past it
 WORKDIR_PREFIX = "grpo-sbx-"  # of each run's temp dir, which is on the sandbox's command line: find strays by it
 
@@ -96,7 +97,8 @@ def gold_answer(answer: str) -> str:
     return last_boxed(answer) or answer  # no box, or an empty or unclosed one: the text as it is
 
 
-_SUBS = [("\\dfrac", "\\frac"), ("\\tfrac", "\\frac"), ("\\cfrac", "\\frac"), ("\\left", ""), ("\\right", ""),
+_SUBS = [("\\\\", " \\cr "), ("\u2212", "-"), ("\u00d7", "\\times "), ("\u00b7", "\\cdot "), ("\u00f7", "\\div "),
+         ("\\dfrac", "\\frac"), ("\\tfrac", "\\frac"), ("\\cfrac", "\\frac"), ("\\left", ""), ("\\right", ""),
          ("\\displaystyle", ""), ("\\!", ""), ("\\,", ""), ("\\;", " "), ("\\:", " "), ("\\quad", " "),
          ("\\ ", " "), ("~", " "), ("\\$", ""), ("$", ""), ("^{\\circ}", ""), ("^\\circ", ""), ("\\circ", ""),
          ("°", ""), ("\\degree", ""), ("\\{", "{"), ("\\}", "}"), ("{,}", ","), ("\\%", "%"), ("percent", "%")]
@@ -108,8 +110,9 @@ _UNIT = re.compile(r"(?<=[\d}])\s*(?:sq\.?|square|cubic)?\s*(?:units?|dollars?|c
 
 
 def _normalize(s: str) -> tuple[str, bool]:
-    """Canonical spelling of an answer (single spaces kept for the LaTeX parser) and whether it was a percentage."""
-    s = s.strip()
+    """Canonical spelling of an answer (single spaces kept for the LaTeX parser) and whether it was a percentage.
+    Whitespace runs are collapsed first, so no pattern below ever scans a run of spaces (linear time)."""
+    s = re.sub(r"\s+", " ", s).strip()
     for a, b in _SUBS:
         s = s.replace(a, b)
     while (t := _TEXT.sub(r"\1", s)) != s:
@@ -120,6 +123,7 @@ def _normalize(s: str) -> tuple[str, bool]:
         s = s.split("=")[1].strip()
     if re.fullmatch(r"[-+]?\d{1,3}(,\d{3})+(\.\d+)?", s.replace(" ", "")):   # 1,000 -> 1000
         s = s.replace(",", "").replace(" ", "")
+    s = re.sub(r"_\{(\w+)\}", r"_\1", s)  # base subscripts: 4210_{5} -> 4210_5
     return re.sub(r"\s+", " ", s), pct
 
 
@@ -137,15 +141,14 @@ def _balanced(s: str) -> bool:
 def _container(s: str) -> tuple[str, list[str]] | None:
     """(bracket kind, items) for tuples/intervals/lists/sets; kind '' for a bare comma list."""
     kind, inner = "", s
-    if len(s) >= 2 and s[0] in "([{" and s[-1] in ")]}" and all(d > 0 for _, d in list(_depths(s))[:-1]):
+    if len(s) >= 2 and s[0] in "([{" and s[-1] in ")]}" and all(d > 0 for _, d in _depths(s[:-1])):
         kind, inner = s[0] + s[-1], s[1:-1]
-    items, cur = [], ""
-    for ch, d in _depths(inner):
+    items, start = [], 0
+    for k, (ch, d) in enumerate(_depths(inner)):
         if ch == "," and d == 0:
-            items, cur = items + [cur.strip()], ""
-        else:
-            cur += ch
-    items.append(cur.strip())
+            items.append(inner[start:k].strip())
+            start = k + 1
+    items.append(inner[start:].strip())
     return (kind, items) if len(items) > 1 else None
 
 
@@ -194,10 +197,12 @@ def _to_sympy(s: str) -> str | None:
         return None
     if not re.fullmatch(r"[0-9a-zA-Z+\-*/().\s]*", t) or re.search(r"(?<!\d)\.(?!\d)", t):
         return None
+    if re.search(r"[\d.]\s+[\d.]|\)\s*[\d.]", t):  # juxtaposed numbers ("9 9", "(9)9") are not a product
+        return None
     if any(len(w) > 1 and w not in ("sqrt", "pi", "oo", "sin", "cos", "tan", "log", "exp")
            for w in re.findall(r"[a-zA-Z]+", t)):
         return None
-    if "**" in t and (re.search(r"\*\*\s*\(+[^)]*\*\*", t) or re.search(r"\d{5,}", t)):  # towers, huge powers
+    if "**" in t and (re.search(r"\*\*\s*(\(+[^)]*|[\w.]+\s*)\*\*", t) or re.search(r"\d{5,}", t)):  # towers, huge powers
         raise _Undecided("exponent too large to evaluate safely")
     return t
 
@@ -220,7 +225,7 @@ def _number(t: str) -> Fraction | None:
 
 
 _SYMPY_WORKER = r"""
-import sys, json, string
+import sys, json, string, functools
 try:
     import sympy
     from sympy.parsing.sympy_parser import parse_expr, standard_transformations, implicit_multiplication_application
@@ -229,11 +234,28 @@ except Exception:
 T = standard_transformations + (implicit_multiplication_application,)
 L = {c: sympy.Symbol(c) for c in string.ascii_letters}  # plain symbols: no E, I, N, S, O, Q surprises
 print("ready", flush=True)
+INF = (sympy.oo, -sympy.oo)
+def close(a, b):  # finite values within a relative 1e-9 at 50 digits (mpmath: no float overflow or underflow)
+    d = a - b
+    if d == 0 or d.is_Rational:  # exact: 2^1024 + 1 is not 2^1024
+        return d == 0
+    va, vb, vd = (sympy.N(v, 50) for v in (a, b, d))
+    if not all(v.is_number and v.is_finite for v in (va, vb, vd)):
+        return False
+    return bool(abs(vd) <= sympy.Float("1e-9", 50) * max(abs(va), abs(vb)))
+def same(x, y):  # as values: an infinity equals only the same infinity, NaN and complex infinity equal nothing;
+    # with symbols, equal at three exact points (no simplify: its time is unbounded)
+    if any(v.has(sympy.nan, sympy.zoo) for v in (x, y)):
+        return False
+    if x.has(*INF) or y.has(*INF):
+        return x == y
+    syms = sorted(x.free_symbols | y.free_symbols, key=str)
+    points = [{v: sympy.Rational(-137 + 211 * t + 53 * k, 100) for k, v in enumerate(syms)} for t in range(3 if syms else 1)]
+    return all(close(x.subs(p), y.subs(p)) for p in points)
+parse = functools.lru_cache(4096)(lambda s: parse_expr(s, local_dict=L, transformations=T))
 for line in sys.stdin:
     try:
-        x, y = (parse_expr(s, local_dict=L, transformations=T) for s in json.loads(line))
-        d = sympy.simplify(x - y)
-        ok = d == 0 or (not d.free_symbols and abs(complex(sympy.N(d))) <= 1e-9 * max(1.0, abs(complex(sympy.N(x)))))
+        ok = same(*map(parse, json.loads(line)))
     except Exception:
         ok = False
     print(int(bool(ok)), flush=True)
@@ -306,18 +328,21 @@ def _equal(p: str, g: str) -> bool:
 
 
 def _drop_words(s: str, other: str) -> str:
-    """'12 apples' -> '12' when the other side is a plain number: a noun after the number is not part
+    """'12 apples' or '9 (apples)' -> '12' / '9' when the other side is a plain number: a noun after the number is not part
     of the answer. Only then, so '5 x' still differs from gold '5x'."""
-    m = re.fullmatch(r"([-+]?\d[\d.,/]*)\s+[a-zA-Z][a-zA-Z .'-]*", s)
+    m = re.fullmatch(r"([-+]?\d[\d.,/]*)\s+(?:[a-zA-Z][a-zA-Z .'-]*|\([a-zA-Z][a-zA-Z .'-]+\))", s)
     return m.group(1) if m and re.fullmatch(r"[-+]?\d[\d.,/]*", other) else s
 
 
 def math_check(completion: str, answer: str) -> tuple[float, str]:
     """(reward, status) of a math completion against a gold answer."""
-    pred = last_boxed(completion)
+    pred, gold = last_boxed(completion), gold_answer(answer)
     if pred is None or not pred.strip():
         return 0.0, "no_answer"
-    (p, p_pct), (g, g_pct) = _normalize(pred), _normalize(gold_answer(answer))
+    pred, gold = " ".join(pred.split()), " ".join(gold.split())  # linear; runs of spaces do not count
+    if len(pred) > MAX_ANSWER_CHARS or len(gold) > MAX_ANSWER_CHARS:
+        return 0.0, "error"  # too long to be an answer: never normalised, so no input can be slow
+    (p, p_pct), (g, g_pct) = _normalize(pred), _normalize(gold)
     if not g:
         return 0.0, "error"
     p, g = _drop_words(p, g), _drop_words(g, p)

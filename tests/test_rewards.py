@@ -91,6 +91,89 @@ def test_math_sympy_time_limit_in_a_thread(monkeypatch):
     assert R.math_check("\\boxed{2x}", "x+x") == (1.0, "correct")
 
 
+# Issue 14: answers that used to score 1 against almost any gold, and answers that used to score 0 wrongly.
+GAMED = [  # (completion, gold): none of these is equal to its gold
+    ("\\boxed{\\infty}", "81"), ("\\boxed{oo}", "81"), ("\\boxed{-\\infty}", "81"), ("\\boxed{x=\\infty}", "81"),
+    ("\\boxed{\\infty\\%}", "81"), ("\\boxed{1e400}", "81"), ("\\boxed{10^{400}}", "81"), ("\\boxed{2^{1024}}", "81"),
+    ("\\boxed{\\exp(710)}", "81"), ("\\boxed{(-\\infty, \\infty)}", "(-\\sqrt{3}, \\sqrt{3})"), ("\\boxed{9 9}", "81"),
+    ("\\boxed{(9)9}", "81"), ("\\boxed{10^{-400}}", "0"), ("\\boxed{1e-400}", "0"), ("\\boxed{2^{1024}+1}", "2^{1024}"),
+    ("\\boxed{-\\infty}", "\\infty"), ("\\boxed{1/0}", "\\infty"), ("\\boxed{0/0}", "0"), ("\\boxed{nan}", "0"),
+    ("\\boxed{x+1}", "x+2"), ("\\boxed{\\sqrt{x^2}}", "x"),
+]
+FIXED = [  # (completion, gold): equal, and scored 0 before
+    ("\\boxed{4210_5}", "4210_{5}"), ("\\boxed{\u22125}", "-5"), ("\\boxed{9}", "9 (apples)"), ("\\boxed{9 (apples)}", "9"),
+    ("\\boxed{\\begin{pmatrix} 1 & 2 \\\\ 3 & 4 \\end{pmatrix}}", "\\begin{pmatrix}1&2\\\\3&4\\end{pmatrix}"),
+    ("\\boxed{\\infty}", "\\infty"), ("\\boxed{+\\infty}", "oo"), ("\\boxed{-oo}", "-\\infty"), ("\\boxed{10^{400}}", "1e400"),
+    ("\\boxed{(-\\infty, 3]}", "(-oo, 3]"), ("\\boxed{6 \u00d7 7}", "42"), ("\\boxed{\\exp(710)}", "\\exp(710)"),
+]
+
+
+@pytest.mark.parametrize("completion,gold", GAMED)
+def test_math_issue_false_positives(completion, gold):
+    assert R.math_reward(completion, gold) == 0.0, R.math_check(completion, gold)
+
+
+@pytest.mark.parametrize("completion,gold", FIXED)
+def test_math_issue_false_negatives(completion, gold):
+    assert R.math_reward(completion, gold) == 1.0, R.math_check(completion, gold)
+
+
+# Answers a policy could try to score against any gold: non-finite, overflowing, empty, set-valued, symbolic, text.
+DEGENERATE = ["\\infty", "-\\infty", "+\\infty", "oo", "-oo", "x=\\infty", "\\infty\\%", "\\infty^{\\infty}", "\\infty-\\infty",
+              "1e400", "-1e400", "1e-400", "10^{400}", "10^{-400}", "-10^{400}", "2^{1024}", "\\exp(710)", "\\exp(-710)",
+              "e^{1000}", "9^{9^{9}}", "2^2^20", "nan", "NaN", "\\text{NaN}", "zoo", "1/0", "\\frac{1}{0}", "0/0", "-1/0",
+              "\\emptyset", "\\varnothing", "\\{\\}", "()", "[]", "(-\\infty, \\infty)", "[-\\infty, \\infty]",
+              "(-\\infty, 0) \\cup (0, \\infty)", "\\mathbb{R}", "x", "n", "x = x", "a+b", "\\text{any real number}",
+              "\\text{all}", "?", "\\pm", "\\cdots", "\\ldots", "*", "\\text{undefined}", "\\sqrt{-1}", "i", "I", "E",
+              "0 \\cdot \\infty", "\\frac{\\infty}{\\infty}", "10^{-999}"]
+MATH_GOLDS = ["0", "1", "-1", "81", "0.5", "\\frac{3}{4}", "-\\frac{1}{3}", "\\sqrt{3}", "2\\sqrt{2}", "\\pi", "3\\pi",
+              "(-\\sqrt{3}, \\sqrt{3})", "[1, 3)", "(1, 2)", "\\{1, 2\\}", "1, 2, 3", "x^2+1", "2x", "10^{10}",
+              "1.5 \\times 10^{-7}", "\\text{Monday}", "(C)", "4210_{5}", "\\begin{pmatrix}1&2\\\\3&4\\end{pmatrix}", "25\\%"]
+
+
+def _golds():
+    """Every built-in math gold, the hand list above, and GSM8K's when ../shared/data is present."""
+    golds = set(MATH_GOLDS)
+    for split in ("train", "test"):
+        golds |= {p["answer"] for p in data.builtin_problems("math", split, n=300)}
+        path = DATA / "gsm8k" / f"{split}.jsonl"
+        if path.is_file():
+            golds |= {p["answer"] for p in data.load_problems(str(path), task="math")}
+    return sorted(golds)
+
+
+def test_math_property_degenerate_answers_match_no_gold():
+    """No degenerate answer equals any gold (thousands of golds: GSM8K train + test when present)."""
+    golds = _golds()
+    bad = [(c, g) for c in DEGENERATE for g in golds if R.math_reward(f"\\boxed{{{c}}}", g)]
+    assert not bad, bad[:20]
+    # juxtaposed factors never multiply: "a b" for gold a*b
+    bad = [g for g in golds if re.fullmatch(r"\d{2,}", g) and int(g) % 3 == 0 and
+           R.math_reward(f"\\boxed{{3 {int(g) // 3}}}", g)]
+    assert not bad, bad[:20]
+
+
+PATHOLOGICAL = [  # (completion, its reward against gold 5)
+    ("\\boxed{" + " " * 100_000 + "5 units}", 1), ("\\boxed{5" + " " * 99_990 + "}", 1), ("\\boxed{" + "\\text{" * 20_000 + "5" + "}" * 20_000 + "}", 0),
+    ("\\boxed{" + "1," * 50_000 + "1}", 0), ("\\boxed{" + "{" * 50_000 + "5" + "}" * 50_000 + "}", 0), ("\\boxed{" + "(" * 90 + "5" + ")" * 90 + "}", 1),
+    ("\\boxed{" + "\\sqrt{" * 150 + "2" + "}" * 150 + "}", 0), ("\\boxed{" + "9" * 900 + "}", 0), ("\\boxed{" + "1^" * 400 + "1}", 0),
+    ("\\boxed{1" + "0" * 99_000 + "}", 0), ("\\boxed{5}" * 10_000, 1), ("\\boxed{" * 20_000, 0), ("x" * 100_000 + "\\boxed{5}", 1),
+    ("\\boxed{" + "\\frac{1}{" * 60 + "2" + "}" * 60 + "}", 0), ("\\boxed{" + "1, " * 300 + "1}", 0), ("\\boxed{(" + "x+" * 60 + "1)^{99}}", 0),
+    ("\\boxed{\\sin(10^{400})}", 0), ("\\boxed{" + "5 " * 400 + "}", 0), ("\\boxed{" + "-" * 900 + "5}", 0)]
+
+
+@pytest.mark.parametrize("k", range(len(PATHOLOGICAL)))
+def test_math_pathological_inputs_are_fast(k):
+    """Inputs of up to 100k characters are graded in well under a second each (they used to take seconds to
+    minutes: quadratic regexes on whitespace, nested \\text{}, long comma lists), and never score 1 wrongly."""
+    text, expected = PATHOLOGICAL[k]
+    for gold, want in (("5", expected), ("1, 1, 1", 0), ("\\sqrt{2}", 0)):
+        t0 = time.monotonic()
+        reward, status = R.math_check(text, gold)
+        assert time.monotonic() - t0 < 0.5, (k, gold, status)
+        assert reward == want, (k, gold, status)
+
+
 # ------------------------------------------------------------------------------------------------ code
 
 def test_extract_code():
