@@ -1,0 +1,302 @@
+"""Campaign runner for issue 16's grid: train a named list of configurations on the GPUs it is given,
+evaluate every checkpoint, append one JSON record per finished run to docs/results/campaign.jsonl.
+
+    python bench/campaign.py single-s0 single-s1 --gpus 0 --per-gpu 2      # two runs side by side on GPU 0
+    python bench/campaign.py voting-ip-merged-s0 --gpus 0,1 --runs /root/runs --logs /root/logs
+    python bench/campaign.py --plot                                        # one PNG per claim from the file
+    python bench/campaign.py --list                                        # the configurations and the grid
+
+A run name is CONFIG-sSEED (CONFIG from CONFIGS below). Every run gets the GRID flags (the fixed settings
+of the 0.5B grid), then its config's own flags, then --extra (e.g. a tiny smoke test: --model tiny
+--extra "--steps 4 --problems 2 --group 4 --max-new-tokens 24"). Each run is its own process:
+`train.py ... --save-every EVAL_EVERY` (or `--resume` when its folder holds a checkpoint), then
+`eval.py --run DIR --data EVAL --problems P --n N`, which scores step 0 (base) and every checkpoint.
+--per-gpu K runs K at once per GPU (CUDA_VISIBLE_DEVICES, expandable segments). A run whose
+(config, seed, model) is already in the results file is skipped unless --force (which replaces it).
+Logs: LOGS/NAME.log; a status line per running run every --status-every seconds.
+
+Left out: multi-GPU runs (torchrun) for one configuration, evaluating while training, retrying a failed
+run (its log says why; the next call resumes it from its last checkpoint), --transfer evaluations (C2's
+single-agent-in-every-role rows: eval.py --transfer on a finished single run, by hand for now).
+"""
+import argparse
+import datetime
+import json
+import os
+import queue
+import shutil
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS = os.path.join(ROOT, "docs", "results", "campaign.jsonl")
+# The grid's fixed settings (docs/results.md, "The 0.5B grid"): the same for every run. Constant lr after
+# warm-up: a cosine decay over ~100 steps would shrink the late updates and hide post-peak declines.
+GRID = ["--task", "math", "--problems", "16", "--group", "8", "--max-new-tokens", "384", "--lr", "1e-4",
+        "--warmup", "5", "--no-cosine", "--steps", "100", "--eval-every", "0"]
+CONFIGS = {  # name -> train.py flags on top of GRID
+    "single": ["--workflow", "single", "--policy", "ip"],
+    "evalopt-ip": ["--workflow", "evalopt", "--policy", "ip"],
+    "evalopt-sp": ["--workflow", "evalopt", "--policy", "sp"],
+    "evalopt-sp-rb": ["--workflow", "evalopt", "--policy", "sp", "--loss-agg", "role-balanced"],
+    "voting-ip": ["--workflow", "voting", "--policy", "ip", "--parallel-steps", "per-instance"],
+    "voting-ip-merged": ["--workflow", "voting", "--policy", "ip", "--parallel-steps", "merged"],
+    "voting-sp": ["--workflow", "voting", "--policy", "sp"],
+    "voting-sp-rb": ["--workflow", "voting", "--policy", "sp", "--loss-agg", "role-balanced"],
+    "orchworkers-ip": ["--workflow", "orchworkers", "--policy", "ip", "--parallel-steps", "per-instance"],
+    "orchworkers-ip-merged": ["--workflow", "orchworkers", "--policy", "ip", "--parallel-steps", "merged"],
+}
+CLAIMS = {  # claim -> the configs its figure shows (C1: every run)
+    "C1": list(CONFIGS),
+    "C2": ["single", "evalopt-ip", "voting-ip", "orchworkers-ip"],
+    "C3": ["evalopt-ip", "evalopt-sp"],
+    "C4": ["evalopt-ip", "evalopt-sp", "evalopt-sp-rb", "voting-ip", "voting-sp", "voting-sp-rb"],
+    "C5": ["voting-ip", "voting-ip-merged", "orchworkers-ip", "orchworkers-ip-merged"],
+}
+SKIP = {"out", "resume", "device", "model", "model_used", "data", "eval_data", "eval_every", "eval_problems"}
+
+
+def parse_name(name):
+    """'voting-ip-merged-s1' -> ('voting-ip-merged', 1)."""
+    config, _, seed = name.rpartition("-s")
+    if config not in CONFIGS or not seed.isdigit():
+        sys.exit(f"error: {name!r} is not CONFIG-sSEED with CONFIG one of {', '.join(CONFIGS)}")
+    return config, int(seed)
+
+
+def read_jsonl(path):
+    return [json.loads(line) for line in open(path) if line.strip()] if os.path.exists(path) else []
+
+
+def data_name(path):
+    """'/work/shared/data/gsm8k/train.jsonl' -> 'gsm8k/train.jsonl'; built-in problems (None, '') -> 'builtin'."""
+    return "builtin" if not path or path.startswith("builtin") else "/".join(os.path.normpath(path).split(os.sep)[-2:])
+
+
+def sh(*cmd):
+    """A command's stripped output, or None when it fails."""
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def git_commit():
+    """The COMMIT file of a copy of the checkout (the GPU machine gets no .git), else HEAD."""
+    path = os.path.join(ROOT, "COMMIT")
+    return open(path).read().strip() if os.path.exists(path) else sh("git", "-C", ROOT, "rev-parse", "HEAD") or "unknown"
+
+
+def gpu_name(gpu):
+    return "cpu" if gpu == "cpu" else sh("nvidia-smi", "--query-gpu=name", "--format=csv,noheader", "-i", gpu) or "unknown"
+
+
+def build_record(run_dir, name, model_name, eval_data, eval_problems, eval_n, extra=None):
+    """One campaign record from a finished run folder: its config.json, metrics.jsonl and the eval.jsonl
+    lines with these evaluation settings (one per step; a later line for a step wins)."""
+    with open(os.path.join(run_dir, "config.json")) as f:
+        config = json.load(f)
+    evals = {r["step"]: r for r in read_jsonl(os.path.join(run_dir, "eval.jsonl"))
+             if r["settings"]["problems"] == eval_problems and r["settings"]["n"] == eval_n
+             and data_name(r["settings"]["data"]) == data_name(eval_data)}
+    if 0 not in evals or len(evals) < 2:
+        raise ValueError(f"{run_dir}: eval.jsonl lacks the base or every checkpoint for these settings")
+    curve = [{"step": s, "pass@1": r["pass@1"], "se": r["pass@1_se"]} for s, r in sorted(evals.items())]
+    peak = max(curve, key=lambda p: p["pass@1"])  # the earliest step wins a tie
+    metrics = list({m["step"]: m for m in read_jsonl(os.path.join(run_dir, "metrics.jsonl"))}.values())
+    times = [m["time"]["total"] for m in metrics]
+    first = evals[0]["settings"]
+    return {"name": name, "config": name.rpartition("-s")[0], "seed": config["seed"], "model": model_name,
+            **{k: v for k, v in config.items() if k not in SKIP},
+            "train_data": data_name(config["data"]), "eval_data": data_name(eval_data),
+            "eval_problems": eval_problems, "eval_n": eval_n, "eval_temperature": first["temperature"],
+            "eval_seed": first["seed"], "curve": curve, "base": curve[0], "peak": peak, "final": curve[-1],
+            "final_minus_base": curve[-1]["pass@1"] - curve[0]["pass@1"],
+            "diagnostics": {k: evals[p["step"]]["diagnostics"] for k, p in
+                            (("base", curve[0]), ("peak", peak), ("final", curve[-1]))},
+            "steps_done": len(metrics), "skipped_steps": sum(m["skipped_steps"] for m in metrics),
+            "step_time_s": statistics.mean(times) if times else None,
+            "step_time_median_s": statistics.median(times) if times else None,
+            "train_curve": {"reward_mean": [round(m["reward_mean"], 4) for m in metrics],
+                            "entropy": {role: [round(m["roles"].get(role, {}).get("entropy") or 0, 4)
+                                               for m in metrics] for role in metrics[-1]["roles"]} if metrics else {}},
+            "git_commit": git_commit(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            **(extra or {})}
+
+
+def status(job):
+    """'train step 37/100, 5.1 s/step, ~5.4 min left' from the run's files."""
+    if job["phase"] == "train":
+        metrics = read_jsonl(os.path.join(job["dir"], "metrics.jsonl"))
+        if not metrics:
+            return "train starting"
+        t = statistics.mean(m["time"]["total"] for m in metrics[-10:])
+        return (f"train step {metrics[-1]['step']}/{job['steps']}, {t:.1f} s/step, "
+                f"~{(job['steps'] - metrics[-1]['step']) * t / 60:.1f} min left")
+    if job["phase"] == "eval":
+        return f"eval, {len(read_jsonl(os.path.join(job['dir'], 'eval.jsonl')))} evaluation(s) written"
+    return job["phase"]
+
+
+def run_job(job, gpu, args, lock):
+    """Train, evaluate, append the record; the phase is shown by the status loop."""
+    env = {**os.environ, "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "PYTHONUNBUFFERED": "1"}
+    if gpu != "cpu":
+        env["CUDA_VISIBLE_DEVICES"] = gpu
+    d, py = job["dir"], sys.executable
+    fresh = [py, "train.py", "--model", args.model, *(["--data", args.train_data] if args.train_data else []),
+             *GRID, *CONFIGS[job["config"]], "--seed", str(job["seed"]), "--save-every", str(args.eval_every),
+             *args.extra.split(), "--out", d]
+    if os.path.exists(os.path.join(d, "config.json")) and any(f.startswith("step_") for f in os.listdir(d)):
+        train = [py, "train.py", "--out", d, "--resume"]  # an interrupted earlier call: continue it
+    else:
+        shutil.rmtree(d, ignore_errors=True)  # nothing to resume (or --force)
+        train = fresh
+    evaluate = [py, "eval.py", "--run", d, "--problems", str(args.eval_problems), "--n", str(args.eval_n),
+                "--no-plots", *(["--data", args.eval_data] if args.eval_data else [])]
+    t0 = time.time()
+    with open(os.path.join(args.logs, job["name"] + ".log"), "a") as log:
+        for phase, cmd in (("train", train), ("eval", evaluate)):
+            job["phase"] = phase
+            log.write(f"$ {' '.join(cmd)}\n")
+            log.flush()
+            if subprocess.run(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT).returncode:
+                job["phase"] = f"FAILED in {phase} (see {log.name})"
+                return
+            job[phase + "_wall_s"] = round(time.time() - t0)
+            t0 = time.time()
+    record = build_record(d, job["name"], args.model_name, args.eval_data, args.eval_problems, args.eval_n,
+                          {"gpu": gpu_name(gpu), "runs_per_gpu": args.per_gpu, "train_wall_s": job["train_wall_s"],
+                           "eval_wall_s": job["eval_wall_s"], "command": " ".join(fresh[1:]),
+                           "eval_command": " ".join(evaluate[1:])})
+    with lock:  # replace an older record of the same run (--force), keep the rest
+        keep = [r for r in read_jsonl(args.results) if key(r) != key(record)]
+        os.makedirs(os.path.dirname(args.results) or ".", exist_ok=True)
+        with open(args.results, "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in keep + [record])
+    job["phase"] = (f"done: base {record['base']['pass@1']:.3f}, peak {record['peak']['pass@1']:.3f} (step "
+                    f"{record['peak']['step']}), final {record['final']['pass@1']:.3f} ± {record['final']['se']:.3f}")
+
+
+def key(r):
+    return r["config"], r["seed"], r["model"]
+
+
+def plot(results, out_dir):
+    """One PNG per claim: held-out pass@1 vs step (± se band), one line per run; beside it each run's
+    per-role training entropy (running mean over 5 steps). Claims with no runs yet are skipped."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+    records = read_jsonl(results)
+    for claim, configs in CLAIMS.items():
+        runs = [r for r in records if r["config"] in configs]
+        if not runs:
+            continue
+        fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
+        for r in sorted(runs, key=lambda r: r["name"]):
+            steps, acc, se = (np.array([p[k] for p in r["curve"]]) for k in ("step", "pass@1", "se"))
+            line, = a.plot(steps, acc, marker="o", label=r["name"])
+            a.fill_between(steps, acc - se, acc + se, color=line.get_color(), alpha=0.15)
+            for role, ent in r["train_curve"]["entropy"].items():
+                c = np.cumsum([0.0] + ent)  # trailing running mean over (up to) 5 steps
+                smooth = [(c[i + 1] - c[max(0, i - 4)]) / (i + 1 - max(0, i - 4)) for i in range(len(ent))]
+                b.plot(np.arange(1, len(ent) + 1), smooth, color=line.get_color(),
+                       linestyle=["-", "--", ":", "-."][list(r["train_curve"]["entropy"]).index(role) % 4],
+                       label=f"{r['name']} {role}")
+        r0 = runs[0]
+        a.set(xlabel="training step", ylabel=f"held-out pass@1 ({r0['eval_data']}, {r0['eval_problems']} x "
+              f"{r0['eval_n']}, T={r0['eval_temperature']})", title=f"{claim}: {r0['model']}, {r0['task']}")
+        b.set(xlabel="training step", ylabel="entropy (nats/token, running mean 5)", title="per-role entropy")
+        a.legend(fontsize=8)
+        b.legend(fontsize=7)
+        fig.tight_layout()
+        path = os.path.join(out_dir, f"claim-{claim}.png")
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        print(f"{path}: {len(runs)} run(s)")
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("runs_to_do", nargs="*", metavar="NAME", help="CONFIG-sSEED, e.g. single-s0 voting-ip-merged-s1")
+    p.add_argument("--gpus", default="0", help="comma list of GPU indices, or cpu")
+    p.add_argument("--per-gpu", type=int, default=1, help="runs at once on each GPU")
+    p.add_argument("--model", default="/root/mdl/hf", help="train.py --model (default: bench/h200_setup.sh's folder)")
+    p.add_argument("--model-name", default=None, help="the model's name in records (default: Qwen2.5-Coder-0.5B-"
+                   "Instruct for the default --model, else the folder's name)")
+    p.add_argument("--train-data", default="gsm8k/train.jsonl", help="'' = built-in problems")
+    p.add_argument("--eval-data", default="gsm8k/test.jsonl", help="'' = the built-in test split")
+    p.add_argument("--eval-problems", type=int, default=500)
+    p.add_argument("--eval-n", type=int, default=2)
+    p.add_argument("--eval-every", type=int, default=20, help="checkpoint (= evaluation) cadence in steps")
+    p.add_argument("--extra", default="", help="more train.py flags, after the grid's (they win)")
+    p.add_argument("--runs", default=os.path.join(ROOT, "runs", "campaign"), help="run folders go here")
+    p.add_argument("--logs", default=None, help="log folder (default: RUNS/logs)")
+    p.add_argument("--results", default=RESULTS)
+    p.add_argument("--force", action="store_true", help="rerun (from scratch) runs already in --results")
+    p.add_argument("--status-every", type=float, default=60)
+    p.add_argument("--plot", action="store_true", help="draw one PNG per claim beside --results, then exit")
+    p.add_argument("--list", action="store_true", help="print the grid and the configurations, then exit")
+    args = p.parse_args(argv)
+    if args.list:
+        print("grid:", " ".join(GRID), f"--save-every {args.eval_every}")
+        print("\n".join(f"{name:<24}{' '.join(flags)}" for name, flags in CONFIGS.items()))
+        return
+    if args.plot:
+        return plot(args.results, os.path.dirname(os.path.abspath(args.results)))
+    args.model_name = args.model_name or ("Qwen2.5-Coder-0.5B-Instruct" if args.model == "/root/mdl/hf"
+                                          else os.path.basename(os.path.normpath(args.model)))
+    args.logs = args.logs or os.path.join(args.runs, "logs")
+    os.makedirs(args.logs, exist_ok=True)
+    done = {key(r) for r in read_jsonl(args.results)}
+    jobs = []
+    for name in args.runs_to_do:
+        config, seed = parse_name(name)
+        if (config, seed, args.model_name) in done and not args.force:
+            print(f"{name}: already in {args.results}, skipped (--force reruns it)")
+            continue
+        d = os.path.join(args.runs, name)
+        if args.force:
+            shutil.rmtree(d, ignore_errors=True)
+        flags = GRID + CONFIGS[config] + args.extra.split()
+        steps = int(flags[len(flags) - 1 - flags[::-1].index("--steps") + 1])  # the last --steps wins
+        jobs.append({"name": name, "config": config, "seed": seed, "dir": d, "phase": "queued", "steps": steps})
+    todo, lock = queue.Queue(), threading.Lock()
+    list(map(todo.put, jobs))
+
+    def worker(gpu):
+        while True:
+            try:
+                job = todo.get_nowait()
+            except queue.Empty:
+                return
+            job["gpu"] = gpu
+            try:
+                run_job(job, gpu, args, lock)
+            except Exception as e:  # a bad record must not stop the other runs
+                job["phase"] = f"FAILED: {type(e).__name__}: {e}"
+    threads = [threading.Thread(target=worker, args=(g,), daemon=True)
+               for g in args.gpus.split(",") for _ in range(args.per_gpu)]
+    for t in threads:
+        t.start()
+    while any(t.is_alive() for t in threads):
+        end = time.time() + args.status_every
+        while time.time() < end and any(t.is_alive() for t in threads):
+            time.sleep(0.5)
+        stamp = time.strftime("%H:%M:%S")
+        for job in jobs:
+            if job["phase"] != "queued":
+                print(f"[{stamp}] {job['name']:<24} gpu {job.get('gpu', '-')}: {status(job)}", flush=True)
+    failed = [job["name"] for job in jobs if job["phase"].startswith("FAILED")]
+    print(f"campaign: {len(jobs) - len(failed)} of {len(jobs)} run(s) finished -> {args.results}"
+          + (f"; failed: {', '.join(failed)}" if failed else ""))
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
