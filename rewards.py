@@ -536,6 +536,9 @@ def main():
     nonce, ep, check = job.pop("nonce").encode(), job["entry_point"], job["check"]
     saved, bdict = dict(builtins.__dict__), builtins.__dict__
     clear, update = bdict.clear, bdict.update
+    def fail(e):
+        write(2, ("harness: %r" % (e,))[:2000].encode("utf-8", "replace"))
+        exit_(1)
     def worker(nonce, go):
         go.acquire()
         try:
@@ -553,18 +556,15 @@ def main():
             if check:
                 ns["check"](ns[ep])
         except BaseException as e:
-            write(2, ("harness: %r" % (e,))[:2000].encode("utf-8", "replace"))
-            exit_(1)
+            fail(e)
         write(result_fd, nonce)
         exit_(0)
     try:
         tree = ast.fix_missing_locations(Strict().visit(ast.parse(job["tests"])))
-        codes = [compile(job["setup"], "<setup>", "exec", dont_inherit=True, optimize=0),
-                 compile(job["code"], "<code>", "exec", dont_inherit=True, optimize=0),
-                 compile(tree, "<tests>", "exec", dont_inherit=True, optimize=0)]
+        codes = [compile(src, "<%s>" % name, "exec", dont_inherit=True, optimize=0)
+                 for name, src in (("setup", job["setup"]), ("code", job["code"]), ("tests", tree))]
     except BaseException as e:  # a syntax error in the program
-        write(2, ("harness: %r" % (e,))[:2000].encode("utf-8", "replace"))
-        exit_(1)
+        fail(e)
     go, wait = _thread.allocate_lock(), _thread.allocate_lock()
     go.acquire(); wait.acquire()
     _thread.start_new_thread(worker, (nonce, go))  # not threading.Thread: its object would hold the arguments
@@ -604,8 +604,8 @@ def run_python(code: str, tests: str = "", *, setup: str = "", entry_point: str 
         uid = gid = 65534
     nonce, cap = secrets.token_hex(16), OUTPUT_MB << 20
     job = dict(mode="test" if stdin is None else "io", setup=setup, code=code, tests=tests, entry_point=entry_point,
-               check=bool(entry_point and _CHECK.search(tests)), nonce=nonce, timeout=timeout, path=_SITE, uid=uid, gid=gid, cpu=int(timeout) + 1,
-               mem=memory_mb << 20, fsize=cap)
+               check=bool(entry_point and _CHECK.search(tests)), nonce=nonce, timeout=timeout, path=_SITE, uid=uid,
+               gid=gid, cpu=int(timeout) + 1, mem=memory_mb << 20, fsize=cap)
     work, proc = tempfile.mkdtemp(prefix=WORKDIR_PREFIX), None
     rfd, wfd = os.pipe()
     files = [tempfile.TemporaryFile() for _ in range(3)]  # stdin, stdout, stderr: files cannot fill up and block
