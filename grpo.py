@@ -13,7 +13,7 @@ so the sampler, applies (`output_head`); `check_logits` refuses a model whose fo
 Left out: entropy bonus and several PPO epochs (the reference uses neither), value functions,
 reward models, sequence packing. No reference model is run unless a KL coefficient is > 0.
 """
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 import torch
 from torch.utils.checkpoint import checkpoint
@@ -62,9 +62,7 @@ def token_weights(roles, lengths, mode="seq-mean-token-mean", role_weights=None)
     weights = [0.0] * len(lengths)
     if not live:
         return weights, {}
-    per_role = defaultdict(int)
-    for i in live:
-        per_role[roles[i]] += 1
+    per_role = Counter(roles[i] for i in live)
     total_tokens = sum(lengths[i] for i in live)
     for i in live:
         if mode == "seq-mean-token-mean":
