@@ -32,10 +32,9 @@ def group_advantages(keys, rewards, eps=1e-6, scale=True):
     for i, k in enumerate(keys):
         groups[k].append(i)
     advantages = [0.0] * len(keys)
-    singletons = 0
+    singletons = sum(len(rows) == 1 for rows in groups.values())
     for rows in groups.values():
         if len(rows) == 1:
-            singletons += 1
             continue
         r = torch.tensor([float(rewards[i]) for i in rows], dtype=torch.float64)
         a = r - r.mean()  # exactly 0 when all rewards are equal
@@ -87,15 +86,12 @@ def micro_batches(lengths, token_budget):
     """Split row indices into micro-batches whose padded size (rows x longest row) stays within
     token_budget; rows sorted by length so little is padding. A row longer than the budget
     goes alone."""
-    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    batches, current = [], []
-    for i in order:
-        if current and (len(current) + 1) * lengths[current[0]] > token_budget:
-            batches.append(current)
-            current = []
-        current.append(i)
-    if current:
-        batches.append(current)
+    batches = []
+    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        if batches and (len(batches[-1]) + 1) * lengths[batches[-1][0]] <= token_budget:
+            batches[-1].append(i)  # fits: the batch's first row is its longest
+        else:
+            batches.append([i])
     return batches
 
 
