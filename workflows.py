@@ -268,11 +268,14 @@ def _evalopt(eps, probs, tasks, policy, rounds=None, **_):
         ep.facts.update(rounds=len(attempts[i]), retried=len(attempts[i]) > 1)
 
 
-def _answers(policy, role, eps, jobs):
-    """One stage of parallel solvers: the texts each episode got, in order (too-long prompts skipped)."""
+def _answers(policy, role, eps, jobs, count_key):
+    """One stage of parallel solvers: the texts each episode got, in order (too-long prompts skipped);
+    how many each got goes to its facts[count_key]."""
     texts = [[] for _ in eps]
     for i, t in _stage(policy, role, eps, jobs):
         texts[i].append(t.text)
+    for ep, got in zip(eps, texts):
+        ep.facts[count_key] = len(got)
     return texts
 
 
@@ -286,9 +289,7 @@ def _compare_jobs(role, probs, tasks, texts):
 def _voting(eps, probs, tasks, policy, n_voters=3, **_):
     jobs = [(i, f"generator{k}", PROMPTS[tasks[i]]["generator"].format(problem=p["prompt"]))
             for i, p in enumerate(probs) for k in range(n_voters)]
-    candidates = _answers(policy, "generator", eps, jobs)
-    for i, ep in enumerate(eps):
-        ep.facts["n_candidates"] = len(candidates[i])
+    candidates = _answers(policy, "generator", eps, jobs, "n_candidates")
     for i, t in _stage(policy, "aggregator", eps, _compare_jobs("aggregator", probs, tasks, candidates)):
         choice, how = parse_choice(t.text, len(candidates[i]))
         eps[i].final = candidates[i][choice - 1]
@@ -306,9 +307,7 @@ def _orchworkers(eps, probs, tasks, policy, max_strategies=3, **_):
         eps[i].facts.update(n_strategies=len(strategies[i]), strategy_parse=how)
     jobs = [(i, "worker", PROMPTS[tasks[i]]["worker"].format(problem=probs[i]["prompt"], strategy=s))
             for i in range(len(eps)) for s in strategies[i]]
-    solutions = _answers(policy, "worker", eps, jobs)
-    for i, ep in enumerate(eps):
-        ep.facts["n_workers"] = len(solutions[i])
+    solutions = _answers(policy, "worker", eps, jobs, "n_workers")
     for i, t in _stage(policy, "synthesizer", eps, _compare_jobs("synthesizer", probs, tasks, solutions)):
         eps[i].final = t.text
 
