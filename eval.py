@@ -54,9 +54,8 @@ def adapter_map(workflow, mode):
 
 def load_adapters(model, path, workflow, transfer=None):
     """Load a step folder (or a run directory's last one) into `model` -> (role map, mode): SP if it holds
-    shared.safetensors, else IP (a file per role type); with `transfer`, its shared or generator adapter."""
-    if not os.path.isdir(path):
-        raise FileNotFoundError(f"no such adapter folder: {path}")
+    shared.safetensors, else IP (a file per role type); with `transfer`, its shared or generator adapter.
+    `path` must be a folder: main_single says so for a missing one before it loads the model."""
     path = os.path.join(path, *checkpoints(path)[-1:])  # a run directory: its last step folder
     files = {f[:-12]: os.path.join(path, f) for f in sorted(os.listdir(path)) if f.endswith(".safetensors")}
     if transfer:
@@ -346,9 +345,7 @@ def settings_and_problems(args, config, model, task):
              ("max_prompt_tokens", 3072), ("rounds", None), ("voters", 3))}}
     problems = builtin_problems(task, "test", n=s["problems"], seed=config.get("seed", 0)) if not data \
         else load_problems(data, task)[:s["problems"]]
-    if not problems:
-        raise ValueError(f"{s['data']}: no problems to evaluate")
-    s["problems"] = len(problems)
+    s["problems"] = len(problems)  # never 0: load_problems and builtin_problems refuse to return none
     return s, problems
 
 
