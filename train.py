@@ -68,7 +68,7 @@ import grpo
 import lora
 from data import builtin_problems, load_problems
 from models import TINY, load_default_model
-from workflows import ROLES, answer_monitor, grade_episodes, make_policy, run_workflow
+from workflows import ROLES, adapter_map, answer_monitor, grade_episodes, make_policy, run_workflow
 
 PARALLEL_ROLES = {("voting", "generator"), ("orchworkers", "worker")}  # instances share an adapter
 # Defaults that depend on the model: (real model, tiny smoke run). The tiny model learns nothing,
@@ -331,13 +331,8 @@ def update_groups(rows, slots, args):
     return [(role, [i for i in live if rows[i].role == role and k in (-1, slots[i])]) for role, k in steps]
 
 
-def adapter_of_role(args):
-    """Which adapter each role samples and trains with: "shared" under SP, its own under IP."""
-    return {r: ("shared" if args.policy == "sp" else r) for r in ROLES[args.workflow]}
-
-
 def policy_for(model, tok, args, gen):
-    return make_policy(model, tok, adapter_of_role(args), max_new_tokens=args.max_new_tokens,
+    return make_policy(model, tok, adapter_map(args.workflow, args.policy), max_new_tokens=args.max_new_tokens,
                        temperature=args.temperature, top_p=args.top_p,
                        max_prompt_tokens=args.max_prompt_tokens, generator=gen)
 
@@ -417,7 +412,7 @@ def optimizer_step(model, adapter, rows, adv, old_lp, ref_lp, opt, args, stats):
 def train_step(model, tok, problems, args, optimizers, gen, step):
     """Rollouts -> rewards -> advantages -> old log-probs -> updates. Returns (metrics, episodes)."""
     t0 = time.perf_counter()
-    role_adapter = adapter_of_role(args)
+    role_adapter = adapter_map(args.workflow, args.policy)  # "shared" under SP, the role's own under IP
     episodes = run_workflow(args.workflow, problems, args.group, policy_for(model, tok, args, gen),
                             task=args.task, rounds=args.rounds, n_voters=args.voters, grade=False)
     t_rollout = time.perf_counter()

@@ -173,6 +173,13 @@ class Episode:
 
 # ----------------------------------------------------------------------------- policy
 
+def adapter_map(workflow, mode):
+    """role -> adapter name, the `adapters` of make_policy. mode: base, sp (train.py's SP), ip (IP: each role type its
+    own), or all / solvers (a single-agent adapter, loaded as "transfer", on every role / on the answer roles only)."""
+    return {r: {"base": None, "sp": "shared", "ip": r, "all": "transfer",
+                "solvers": "transfer" if r in ANSWER_ROLES else None}[mode] for r in ROLES[workflow]}
+
+
 def make_policy(model, tokenizer, adapters, max_new_tokens=512, temperature=0.7, top_p=1.0, top_k=0,
                 max_prompt_tokens=4096, generator=None):
     """policy(role, texts) -> [Call | None]: each text as one chat user message, all of them sampled
