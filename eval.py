@@ -411,10 +411,8 @@ def main(argv=None):
             if missing := [run for run in args.compare if not os.path.isdir(run)]:
                 raise FileNotFoundError(f"no such run directory: {missing[0]}")
             print(compare_table(args.compare))
-        elif args.run:
-            return main_run(args)
         else:
-            return main_single(args)
+            return main_run(args) if args.run else main_single(args)
     except (OSError, ValueError, RuntimeError) as e:
         sys.exit(f"error: {e}")
 
