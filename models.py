@@ -63,10 +63,8 @@ def _tiny_tokenizer():
     trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=SPECIALS, show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.train_from_iterator([_CORPUS] * 4, trainer)
-    fast = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>")
-    fast.chat_template = CHAT_TEMPLATE
-    return fast
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                                chat_template=CHAT_TEMPLATE)
 
 
 def build_tiny(path, seed=0):
