@@ -222,11 +222,10 @@ def step_token_weights(roles, lengths, args):
     summed gradients are the single-process gradient. Normalising per rank instead would weigh a
     row by 1 / (its rank's rows), not 1 / (all rows). Gathering the (role, length) of every row and
     calling the same function keeps one implementation of the weighting (a few ints per row)."""
-    rank, _ = world()
     parts = gather((roles, lengths))
     weights, shares = grpo.token_weights([r for p in parts for r in p[0]], [n for p in parts for n in p[1]],
                                          args.loss_agg, args.role_weight_map)
-    start = sum(len(p[1]) for p in parts[:rank])
+    start = sum(len(p[1]) for p in parts[:world()[0]])  # this rank's rows follow those of the ranks before it
     return weights[start:start + len(lengths)], shares
 
 
