@@ -109,18 +109,15 @@ def sample(model, prompts, n=1, max_new_tokens=256, temperature=1.0, top_p=1.0, 
     positions = positions[:, -1:]
     active = torch.arange(len(rows), device=device)  # original row index of each batch row
     out_tokens, out_logprobs = [[] for _ in rows], [[] for _ in rows]
-    finish = ["length"] * len(rows)
     for step in range(max_new_tokens):
         logits = logits.float()
         if step < min_new_tokens:
             logits[:, stops] = float("-inf")
         tokens, logprobs = pick(logits, temperature, top_k, top_p, generator)
         stopped = torch.isin(tokens, stops)
-        for r, t, lp, s in zip(active.tolist(), tokens.tolist(), logprobs.tolist(), stopped.tolist()):
+        for r, t, lp in zip(active.tolist(), tokens.tolist(), logprobs.tolist()):
             out_tokens[r].append(t)
             out_logprobs[r].append(lp)
-            if s:
-                finish[r] = "stop"
         if step == max_new_tokens - 1:
             break
         if stopped.any():  # compact: finished rows leave the batch and the cache
@@ -132,7 +129,15 @@ def sample(model, prompts, n=1, max_new_tokens=256, temperature=1.0, top_p=1.0, 
         mask = torch.cat([mask, mask.new_ones(len(active), 1)], dim=1)
         positions = positions + 1
         logits = model(input_ids=tokens[:, None], attention_mask=mask, position_ids=positions, **kw).logits[:, -1]
-    return [Completion(i // n, out_tokens[i], out_logprobs[i], finish[i]) for i in range(len(rows))]
+    return _completions(out_tokens, out_logprobs, stops, n)
+
+
+def _completions(tokens, logprobs, stops, n):
+    """Completions from each row's sampled ids and log-probs (lists): a row ends at its first stop id, with
+    finish "stop" (what a done row drew after it is dropped), else it ran to the length limit."""
+    stop_set = set(stops.tolist())
+    ends = [next((j + 1 for j, t in enumerate(row) if t in stop_set), None) for row in tokens]  # None: no stop
+    return [Completion(i // n, tokens[i][:e], logprobs[i][:e], "stop" if e else "length") for i, e in enumerate(ends)]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -353,7 +358,4 @@ def sample_fast(model, prompts, n=1, max_new_tokens=256, temperature=1.0, stop_i
         model.config._attn_implementation = saved_impl
         if saved_device is not None:
             torch.cuda.set_device(saved_device)
-    out_tok, out_lp, stop_set = out_tok.tolist(), out_lp.tolist(), set(stops.tolist())
-    # a row ends at its first stop id (end = None: no stop); what a done row drew later is dropped
-    ends = [next((j + 1 for j, t in enumerate(row) if t in stop_set), None) for row in out_tok]
-    return [Completion(i // n, out_tok[i][:e], out_lp[i][:e], "stop" if e else "length") for i, e in enumerate(ends)]
+    return _completions(out_tok.tolist(), out_lp.tolist(), stops, n)
