@@ -219,7 +219,8 @@ _sentence = lambda r: " ".join(_word(r) or "z" for _ in range(r.randint(1, 6)))
 _K = lambda lo, hi: lambda r: {"k": r.randint(lo, hi)}
 _C = lambda r: {"c": r.choice("abcdefghij")}
 
-# (function, argument, what it returns, reference body, parameter sampler, input sampler); {k}/{c} are parameters
+# (function, argument, what it returns, reference body, parameter sampler, input sampler); {k}/{c} are parameters,
+# filled by str.format (so no other braces in these texts)
 _CODE = [
     ("add_k", "xs", "a new list with {k} added to every element of the list of integers `xs`", "return [x + {k} for x in xs]", _K(1, 60), _ints),
     ("count_above", "xs", "how many elements of the list `xs` are greater than {k}", "return sum(1 for x in xs if x > {k})", _K(-10, 30), _ints),
@@ -247,21 +248,15 @@ _CODE = [
 ]
 
 
-def _fill(s: str, params: dict) -> str:
-    for k, v in params.items():
-        s = s.replace("{" + k + "}", str(v))
-    return s
-
-
 def _code_problem(r: random.Random) -> tuple[str, dict]:
     """(split key, problem): a small function-writing task; 2 of its 5 asserts are shown in the prompt."""
     name, arg, what, body, params, inputs = r.choice(_CODE)
     ps = params(r)
-    src = f"def {name}({arg}):\n    {_fill(body, ps)}\n"
+    src = f"def {name}({arg}):\n    {body.format(**ps)}\n"
     ns: dict = {}
     exec(src, ns)  # our own reference code: computes the expected outputs
     asserts = [f"assert {name}({x!r}) == {ns[name](x)!r}" for x in (inputs(r) for _ in range(5))]
-    prompt = (f"Write a Python function `{name}({arg})` that returns {_fill(what, ps)}.\n"
+    prompt = (f"Write a Python function `{name}({arg})` that returns {what.format(**ps)}.\n"
               "Your code should pass these tests:\n\n" + "\n".join(asserts[:2]))
     return f"{name}{sorted(ps.items())}", {"task": "code", "prompt": prompt, "test_code": "\n".join(asserts),
                                             "entry_point": name, "solution": src}

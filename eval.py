@@ -35,7 +35,7 @@ from data import builtin_problems, load_problems
 from models import TINY, load_default_model
 from rewards import final_answer
 from train import checkpoints, mean
-from workflows import ANSWER_ROLES as SOLVERS, ROLES, answer_monitor, make_policy, parse_verdict, run_workflow
+from workflows import ANSWER_ROLES, ROLES, adapter_map, answer_monitor, make_policy, parse_verdict, run_workflow
 
 EVAL_KEYS = ("n", "temperature", "greedy", "max_new_tokens", "top_p", "max_prompt_tokens", "rounds", "voters",
              "ks", "seed", "chunk")  # settings that evaluate() takes as they are
@@ -46,17 +46,10 @@ def pass_at_k(n, c, k):
     return 1.0 - math.comb(n - c, k) / math.comb(n, k) if n - c >= k else 1.0
 
 
-def adapter_map(workflow, mode):
-    """role -> adapter name; mode: base, sp, ip, or all / solvers (the single-agent adapter as "transfer")."""
-    return {r: {"base": None, "sp": "shared", "ip": r, "all": "transfer",
-                "solvers": "transfer" if r in SOLVERS else None}[mode] for r in ROLES[workflow]}
-
-
 def load_adapters(model, path, workflow, transfer=None):
     """Load a step folder (or a run directory's last one) into `model` -> (role map, mode): SP if it holds
-    shared.safetensors, else IP (a file per role type); with `transfer`, its shared or generator adapter."""
-    if not os.path.isdir(path):
-        raise FileNotFoundError(f"no such adapter folder: {path}")
+    shared.safetensors, else IP (a file per role type); with `transfer`, its shared or generator adapter.
+    `path` must be a folder: main_single says so for a missing one before it loads the model."""
     path = os.path.join(path, *checkpoints(path)[-1:])  # a run directory: its last step folder
     files = {f[:-12]: os.path.join(path, f) for f in sorted(os.listdir(path)) if f.endswith(".safetensors")}
     if transfer:
@@ -115,7 +108,7 @@ def diagnostics(workflow, episodes, task="math"):
                               "truncation_rate": mean([t.finish == "length" for t in turns]),
                               "correct": mean([t.correct for t in turns if t.correct is not None]),
                               "degenerate_rewarded": degenerate.get(role)}
-    answers = [[bool(t.correct) for t in ep.turns if t.role in SOLVERS] for ep in episodes]
+    answers = [[bool(t.correct) for t in ep.turns if t.role in ANSWER_ROLES] for ep in episodes]
     some = [ep.reward > 0 for ep, att in zip(episodes, answers) if any(att)]  # episodes with a right solver
     if workflow == "evalopt":
         c = dict.fromkeys(["approved_right", "approved_wrong", "rejected_right", "rejected_wrong", "unparseable"], 0)
@@ -340,15 +333,13 @@ def settings_and_problems(args, config, model, task):
     s = {"model": model, "workflow": args.workflow or config.get("workflow", "single"), "transfer": args.transfer,
          "data": data or f"builtin-test-seed{config.get('seed', 0)}",
          "problems": args.problems or (None if data else 8 if tiny else 200), "n": args.n, "ks": args.ks,
-         "greedy": args.greedy, "seed": 0, "chunk": 32, **{k: config.get(k, default) if getattr(args, k, None) is None
-                                                      else getattr(args, k) for k, default in (
-             ("temperature", 0.7), ("top_p", 1.0), ("max_new_tokens", 24 if tiny else 512),
-             ("max_prompt_tokens", 3072), ("rounds", None), ("voters", 3))}}
+         "greedy": args.greedy, "seed": 0, "chunk": 32}
+    for k, default in (("temperature", 0.7), ("top_p", 1.0), ("max_new_tokens", 24 if tiny else 512),
+                       ("max_prompt_tokens", 3072), ("rounds", None), ("voters", 3)):  # the flag, else the run's
+        s[k] = config.get(k, default) if getattr(args, k, None) is None else getattr(args, k)
     problems = builtin_problems(task, "test", n=s["problems"], seed=config.get("seed", 0)) if not data \
         else load_problems(data, task)[:s["problems"]]
-    if not problems:
-        raise ValueError(f"{s['data']}: no problems to evaluate")
-    s["problems"] = len(problems)
+    s["problems"] = len(problems)  # never 0: load_problems and builtin_problems refuse to return none
     return s, problems
 
 
@@ -420,10 +411,8 @@ def main(argv=None):
             if missing := [run for run in args.compare if not os.path.isdir(run)]:
                 raise FileNotFoundError(f"no such run directory: {missing[0]}")
             print(compare_table(args.compare))
-        elif args.run:
-            return main_run(args)
         else:
-            return main_single(args)
+            return main_run(args) if args.run else main_single(args)
     except (OSError, ValueError, RuntimeError) as e:
         sys.exit(f"error: {e}")
 

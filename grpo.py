@@ -13,7 +13,7 @@ so the sampler, applies (`output_head`); `check_logits` refuses a model whose fo
 Left out: entropy bonus and several PPO epochs (the reference uses neither), value functions,
 reward models, sequence packing. No reference model is run unless a KL coefficient is > 0.
 """
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 import torch
 from torch.utils.checkpoint import checkpoint
@@ -32,10 +32,9 @@ def group_advantages(keys, rewards, eps=1e-6, scale=True):
     for i, k in enumerate(keys):
         groups[k].append(i)
     advantages = [0.0] * len(keys)
-    singletons = 0
+    singletons = sum(len(rows) == 1 for rows in groups.values())
     for rows in groups.values():
         if len(rows) == 1:
-            singletons += 1
             continue
         r = torch.tensor([float(rewards[i]) for i in rows], dtype=torch.float64)
         a = r - r.mean()  # exactly 0 when all rewards are equal
@@ -62,9 +61,7 @@ def token_weights(roles, lengths, mode="seq-mean-token-mean", role_weights=None)
     weights = [0.0] * len(lengths)
     if not live:
         return weights, {}
-    per_role = defaultdict(int)
-    for i in live:
-        per_role[roles[i]] += 1
+    per_role = Counter(roles[i] for i in live)
     total_tokens = sum(lengths[i] for i in live)
     for i in live:
         if mode == "seq-mean-token-mean":
@@ -89,15 +86,12 @@ def micro_batches(lengths, token_budget):
     """Split row indices into micro-batches whose padded size (rows x longest row) stays within
     token_budget; rows sorted by length so little is padding. A row longer than the budget
     goes alone."""
-    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    batches, current = [], []
-    for i in order:
-        if current and (len(current) + 1) * lengths[current[0]] > token_budget:
-            batches.append(current)
-            current = []
-        current.append(i)
-    if current:
-        batches.append(current)
+    batches = []
+    for i in sorted(range(len(lengths)), key=lambda i: -lengths[i]):
+        if batches and (len(batches[-1]) + 1) * lengths[batches[-1][0]] <= token_budget:
+            batches[-1].append(i)  # fits: the batch's first row is its longest
+        else:
+            batches.append([i])
     return batches
 
 

@@ -108,16 +108,15 @@ def _find_blocks(model: nn.Module) -> nn.ModuleList:
     return min(lists, key=lambda nm: nm[0].count("."))[1]
 
 
-def _slots(model: nn.Module) -> list[tuple[nn.Module, str, nn.Module]]:
-    """(parent, attribute, layer) for every nn.Linear / LoRALinear in the blocks; never inside a LoRALinear."""
+def _slots(module: nn.Module) -> list[tuple[nn.Module, str, nn.Module]]:
+    """(parent, attribute, layer) for every nn.Linear / LoRALinear under `module` (the blocks), depth first in
+    module order; never inside a LoRALinear."""
     out = []
-    def walk(module):
-        for attr, child in module.named_children():
-            if isinstance(child, (LoRALinear, nn.Linear)):
-                out.append((module, attr, child))
-            else:
-                walk(child)
-    walk(_find_blocks(model))
+    for attr, child in module.named_children():
+        if isinstance(child, (LoRALinear, nn.Linear)):
+            out.append((module, attr, child))
+        else:
+            out += _slots(child)
     return out
 
 
@@ -154,7 +153,7 @@ def add_adapter(model: nn.Module, name: str, rank: int = 64, alpha: float = 32.0
     if int(rank) != rank or rank < 1 or not 0.0 <= dropout < 1.0:
         raise ValueError(f"need an integer rank >= 1 and 0 <= dropout < 1, got rank={rank}, dropout={dropout}")
     targets = [targets] if isinstance(targets, str) else targets
-    slots = _slots(model)
+    slots = _slots(_find_blocks(model))
     available = sorted({attr for _, attr, _ in slots})
     if targets is not None:
         if (unknown := sorted(set(targets) - set(available))) or not targets:
@@ -165,10 +164,9 @@ def add_adapter(model: nn.Module, name: str, rank: int = 64, alpha: float = 32.0
     for parent, attr, layer in slots:
         if not isinstance(layer, LoRALinear):
             layer = LoRALinear(layer)
-            layer.active = active
             setattr(parent, attr, layer)
         layer.add(name, int(rank), alpha, dropout, generator)
-    set_adapter(model, active)   # freezes the base and the new adapter unless it is the active one
+    set_adapter(model, active)   # new wrappers get the active adapter too; freezes the base and the new adapter
     return len(slots)
 
 

@@ -63,10 +63,8 @@ def _tiny_tokenizer():
     trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=SPECIALS, show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.train_from_iterator([_CORPUS] * 4, trainer)
-    fast = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>")
-    fast.chat_template = CHAT_TEMPLATE
-    return fast
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                                chat_template=CHAT_TEMPLATE)
 
 
 def build_tiny(path, seed=0):
@@ -94,19 +92,22 @@ def _hub_reachable(timeout=3.0):
         return False
 
 
+def _from_pretrained(spec, dtype, **kw):
+    """(model, tokenizer) from one folder, hub name or GGUF file; kw go to both loaders."""
+    return AutoModelForCausalLM.from_pretrained(spec, dtype=dtype, **kw), AutoTokenizer.from_pretrained(spec, **kw)
+
+
 def _load_pretrained(spec, dtype):
     """Local cache first (fast, offline), then the hub if it answers; a clear error otherwise."""
     try:
-        return (AutoModelForCausalLM.from_pretrained(spec, dtype=dtype, local_files_only=True),
-                AutoTokenizer.from_pretrained(spec, local_files_only=True))
+        return _from_pretrained(spec, dtype, local_files_only=True)
     except OSError:
         pass
     if not _hub_reachable():
         raise RuntimeError(
             f"model '{spec}' is not in the local Hugging Face cache and the hub cannot be reached "
             f"(no network?). Use --model tiny (built-in), a local folder, or a .gguf file.")
-    return (AutoModelForCausalLM.from_pretrained(spec, dtype=dtype),
-            AutoTokenizer.from_pretrained(spec))
+    return _from_pretrained(spec, dtype)
 
 
 def load_model(spec=TINY, device=None, dtype=None):
@@ -116,8 +117,7 @@ def load_model(spec=TINY, device=None, dtype=None):
     if spec == TINY:
         with tempfile.TemporaryDirectory() as tmp:
             build_tiny(tmp)
-            model = AutoModelForCausalLM.from_pretrained(tmp, dtype=dtype)
-            tok = AutoTokenizer.from_pretrained(tmp)
+            model, tok = _from_pretrained(tmp, dtype)
     elif spec.endswith(".gguf"):
         if not os.path.isfile(spec):
             raise FileNotFoundError(f"no such GGUF file: {spec}")
@@ -126,11 +126,9 @@ def load_model(spec=TINY, device=None, dtype=None):
         except ImportError:
             raise RuntimeError("loading a .gguf file needs the optional package: pip install gguf")
         folder, name = os.path.split(os.path.abspath(spec))
-        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=dtype)
-        tok = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+        model, tok = _from_pretrained(folder, dtype, gguf_file=name)
     elif os.path.isdir(spec):
-        model = AutoModelForCausalLM.from_pretrained(spec, dtype=dtype)
-        tok = AutoTokenizer.from_pretrained(spec)
+        model, tok = _from_pretrained(spec, dtype)
     elif spec.startswith((".", "/", "~")) or not re.fullmatch(r"[\w.-]+(/[\w.-]+)?", spec):
         raise FileNotFoundError(f"no such model folder or file: {spec}")
     else:
@@ -157,9 +155,8 @@ def load_default_model(spec=None, device=None):
 
 def chat_ids(tokenizer, text):
     """Token ids of one user message plus the assistant generation prompt, thinking disabled."""
-    rendered = tokenizer.apply_chat_template(
-        [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True,
-        enable_thinking=False)
+    rendered = tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
+                                             add_generation_prompt=True, enable_thinking=False)
     return tokenizer(rendered, add_special_tokens=False)["input_ids"]
 
 

@@ -105,23 +105,19 @@ def sample(model, prompts, n=1, max_new_tokens=256, temperature=1.0, top_p=1.0, 
     stops = torch.tensor(sorted(set(stop_ids) | {pad_id}), device=device)
     cache = DynamicCache(config=model.config)
     kw = {cache_kw(model): cache, "use_cache": True}
-    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=1,
-                   **kw).logits[:, -1]
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=1, **kw).logits[:, -1]
     positions = positions[:, -1:]
     active = torch.arange(len(rows), device=device)  # original row index of each batch row
     out_tokens, out_logprobs = [[] for _ in rows], [[] for _ in rows]
-    finish = ["length"] * len(rows)
     for step in range(max_new_tokens):
         logits = logits.float()
         if step < min_new_tokens:
             logits[:, stops] = float("-inf")
         tokens, logprobs = pick(logits, temperature, top_k, top_p, generator)
         stopped = torch.isin(tokens, stops)
-        for r, t, lp, s in zip(active.tolist(), tokens.tolist(), logprobs.tolist(), stopped.tolist()):
+        for r, t, lp in zip(active.tolist(), tokens.tolist(), logprobs.tolist()):
             out_tokens[r].append(t)
             out_logprobs[r].append(lp)
-            if s:
-                finish[r] = "stop"
         if step == max_new_tokens - 1:
             break
         if stopped.any():  # compact: finished rows leave the batch and the cache
@@ -132,9 +128,16 @@ def sample(model, prompts, n=1, max_new_tokens=256, temperature=1.0, top_p=1.0, 
             active, tokens, mask, positions = active[keep], tokens[keep], mask[keep], positions[keep]
         mask = torch.cat([mask, mask.new_ones(len(active), 1)], dim=1)
         positions = positions + 1
-        logits = model(input_ids=tokens[:, None], attention_mask=mask, position_ids=positions,
-                       **kw).logits[:, -1]
-    return [Completion(i // n, out_tokens[i], out_logprobs[i], finish[i]) for i in range(len(rows))]
+        logits = model(input_ids=tokens[:, None], attention_mask=mask, position_ids=positions, **kw).logits[:, -1]
+    return _completions(out_tokens, out_logprobs, stops, n)
+
+
+def _completions(tokens, logprobs, stops, n):
+    """Completions from each row's sampled ids and log-probs (lists): a row ends at its first stop id, with
+    finish "stop" (what a done row drew after it is dropped), else it ran to the length limit."""
+    stop_set = set(stops.tolist())
+    ends = [next((j + 1 for j, t in enumerate(row) if t in stop_set), None) for row in tokens]  # None: no stop
+    return [Completion(i // n, tokens[i][:e], logprobs[i][:e], "stop" if e else "length") for i, e in enumerate(ends)]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -148,9 +151,8 @@ class StaticKV:
 
     def __init__(self, config, rows, length, device, dtype):
         config = config.get_text_config()
-        kv_heads = config.num_key_value_heads
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-        shape = (rows, kv_heads, length, head_dim)
+        shape = (rows, config.num_key_value_heads, length, head_dim)
         self.k = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.num_hidden_layers)]
         self.v = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.num_hidden_layers)]
         self.pos = torch.zeros((), dtype=torch.long, device=device)
@@ -257,9 +259,8 @@ def draw_fused(logits, temperature, seed):
 
 
 @torch.no_grad()
-def sample_fast(model, prompts, n=1, max_new_tokens=256, temperature=1.0, stop_ids=(), pad_id=0,
-                generator=None, min_new_tokens=0, cuda_graph=None, check_every=32, bucket=128,
-                prefill_bytes=2**32, compile=False):
+def sample_fast(model, prompts, n=1, max_new_tokens=256, temperature=1.0, stop_ids=(), pad_id=0, generator=None,
+                min_new_tokens=0, cuda_graph=None, check_every=32, bucket=128, prefill_bytes=2**32, compile=False):
     """`sample` for the GPU (same arguments and result, no top-k / top-p). cuda_graph defaults to
     True on CUDA; False runs the same code eagerly (how the CPU tests check it). Every
     `check_every` tokens the host looks once at how many rows are done: it stops when all are, and
@@ -357,8 +358,4 @@ def sample_fast(model, prompts, n=1, max_new_tokens=256, temperature=1.0, stop_i
         model.config._attn_implementation = saved_impl
         if saved_device is not None:
             torch.cuda.set_device(saved_device)
-    out_tok, out_lp, stop_set = out_tok.tolist(), out_lp.tolist(), set(stops.tolist())
-    # a row ends at its first stop id (end = None: no stop); what a done row drew later is dropped
-    ends = [next((j + 1 for j, t in enumerate(row) if t in stop_set), None) for row in out_tok]
-    return [Completion(i // n, out_tok[i][:e], out_lp[i][:e], "stop" if e else "length")
-            for i, e in enumerate(ends)]
+    return _completions(out_tok.tolist(), out_lp.tolist(), stops, n)

@@ -68,7 +68,7 @@ import grpo
 import lora
 from data import builtin_problems, load_problems
 from models import TINY, load_default_model
-from workflows import ROLES, answer_monitor, grade_episodes, make_policy, run_workflow
+from workflows import ROLES, adapter_map, answer_monitor, grade_episodes, make_policy, run_workflow
 
 PARALLEL_ROLES = {("voting", "generator"), ("orchworkers", "worker")}  # instances share an adapter
 # Defaults that depend on the model: (real model, tiny smoke run). The tiny model learns nothing,
@@ -191,8 +191,7 @@ def init_distributed(device):
     exists yet (a caller such as a test may have set one up): NCCL on CUDA, gloo on CPU."""
     if "RANK" in os.environ and not dist.is_initialized():
         # a long timeout: the other ranks wait in their next collective while rank 0 evaluates and saves
-        dist.init_process_group("nccl" if str(device).startswith("cuda") else "gloo",
-                                timeout=timedelta(hours=1))
+        dist.init_process_group("nccl" if str(device).startswith("cuda") else "gloo", timeout=timedelta(hours=1))
 
 
 def gather(obj):
@@ -223,11 +222,10 @@ def step_token_weights(roles, lengths, args):
     summed gradients are the single-process gradient. Normalising per rank instead would weigh a
     row by 1 / (its rank's rows), not 1 / (all rows). Gathering the (role, length) of every row and
     calling the same function keeps one implementation of the weighting (a few ints per row)."""
-    rank, _ = world()
     parts = gather((roles, lengths))
     weights, shares = grpo.token_weights([r for p in parts for r in p[0]], [n for p in parts for n in p[1]],
                                          args.loss_agg, args.role_weight_map)
-    start = sum(len(p[1]) for p in parts[:rank])
+    start = sum(len(p[1]) for p in parts[:world()[0]])  # this rank's rows follow those of the ranks before it
     return weights[start:start + len(lengths)], shares
 
 
@@ -256,11 +254,9 @@ def save_checkpoint(out, step, model, adapters, optimizers, gen, consumed, confi
     for name in adapters:
         lora.save_adapter(model, name, os.path.join(tmp, f"{name}.safetensors"),
                           {"step": str(step), "model": config["model_used"], "workflow": config["workflow"]})
-    torch.save({
-        "step": step, "consumed": consumed,
-        "optimizers": {k: o.state_dict() for k, o in optimizers.items()},
-        "rng": rngs[0], "rng_ranks": rngs[1:],  # rank 0's (a plain run's) and the other ranks' RNG states
-    }, os.path.join(tmp, "state.pt"))
+    torch.save({"step": step, "consumed": consumed, "optimizers": {k: o.state_dict() for k, o in optimizers.items()},
+                "rng": rngs[0], "rng_ranks": rngs[1:]},  # rank 0's (a plain run's) and the other ranks' RNG states
+               os.path.join(tmp, "state.pt"))
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
 
@@ -287,19 +283,16 @@ def load_checkpoint(out, model, adapters, optimizers, gen, seed=0):
         gen.manual_seed(rank_seed(seed, rank, state["step"]))
     if rank != 0:
         return state["step"], state["consumed"]
-    # metrics and samples logged after the checkpoint (steps it did not save) are dropped: redone
-    path = os.path.join(out, "metrics.jsonl")
-    if os.path.exists(path):
-        with open(path) as f:
-            keep = [line for line in f if line.strip() and json.loads(line)["step"] <= state["step"]]
-        with open(path, "w") as f:
-            f.writelines(keep)
-    path = os.path.join(out, "samples.txt")
-    if os.path.exists(path):
-        with open(path) as f:
-            blocks = re.split(r"(?m)^(?==== step \d+ )", f.read())
-        with open(path, "w") as f:
-            f.writelines(b for b in blocks if b and int(b.split()[2]) <= state["step"])
+    # metrics and samples logged after the checkpoint (steps it did not save) are dropped: redone.
+    # An entry is a line of metrics.jsonl, or a block of samples.txt starting with "=== step N ".
+    for name, entry_start, step_of in (("metrics.jsonl", r"(?m)^", lambda e: json.loads(e)["step"]),
+                                       ("samples.txt", r"(?m)^(?==== step \d+ )", lambda e: int(e.split()[2]))):
+        path = os.path.join(out, name)
+        if os.path.exists(path):
+            with open(path) as f:
+                entries = re.split(entry_start, f.read())
+            with open(path, "w") as f:
+                f.writelines(e for e in entries if e.strip() and step_of(e) <= state["step"])
     streams = "RNG states" if n == len(saved) else f"RNG states (saved on {len(saved)} rank(s), now " \
         f"{n}" + (f": ranks {len(saved)}+ start fresh streams)" if n > len(saved) else ")")
     print(f"resumed from {folder}: step {state['step']}, adapters {list(adapters)}, optimizer "
@@ -310,8 +303,7 @@ def load_checkpoint(out, model, adapters, optimizers, gen, seed=0):
 def draw(problems, consumed, count, seed):
     """Problems consumed..consumed+count of an endless stream of seeded per-epoch permutations, so
     the data position is one integer and resuming needs no RNG state."""
-    orders = {}  # one permutation per epoch touched (7,473 GSM8K problems: not one per problem drawn)
-    out = []
+    orders, out = {}, []  # orders: one permutation per epoch touched (GSM8K's 7,473 problems: not one per draw)
     for k in range(consumed, consumed + count):
         epoch, i = divmod(k, len(problems))
         if epoch not in orders:
@@ -338,13 +330,8 @@ def update_groups(rows, slots, args):
     return [(role, [i for i in live if rows[i].role == role and k in (-1, slots[i])]) for role, k in steps]
 
 
-def adapter_of_role(args):
-    """Which adapter each role samples and trains with: "shared" under SP, its own under IP."""
-    return {r: ("shared" if args.policy == "sp" else r) for r in ROLES[args.workflow]}
-
-
 def policy_for(model, tok, args, gen):
-    return make_policy(model, tok, adapter_of_role(args), max_new_tokens=args.max_new_tokens,
+    return make_policy(model, tok, adapter_map(args.workflow, args.policy), max_new_tokens=args.max_new_tokens,
                        temperature=args.temperature, top_p=args.top_p,
                        max_prompt_tokens=args.max_prompt_tokens, generator=gen)
 
@@ -424,7 +411,7 @@ def optimizer_step(model, adapter, rows, adv, old_lp, ref_lp, opt, args, stats):
 def train_step(model, tok, problems, args, optimizers, gen, step):
     """Rollouts -> rewards -> advantages -> old log-probs -> updates. Returns (metrics, episodes)."""
     t0 = time.perf_counter()
-    role_adapter = adapter_of_role(args)
+    role_adapter = adapter_map(args.workflow, args.policy)  # "shared" under SP, the role's own under IP
     episodes = run_workflow(args.workflow, problems, args.group, policy_for(model, tok, args, gen),
                             task=args.task, rounds=args.rounds, n_voters=args.voters, grade=False)
     t_rollout = time.perf_counter()
@@ -676,8 +663,7 @@ def run(args):
                     write_sample(args.out, step + 1, episodes[0])
             bar.set_postfix(reward=f"{metrics['reward_mean']:.3f}", skipped=metrics["skipped_steps"])
             bad_in_a_row = bad_in_a_row + 1 if metrics["skipped_steps"] else 0
-            done = step + 1 == args.steps
-            if done or stop["requested"] or bad_in_a_row >= 3 or (step + 1) % args.save_every == 0:
+            if step + 1 == args.steps or stop["requested"] or bad_in_a_row >= 3 or (step + 1) % args.save_every == 0:
                 save_checkpoint(args.out, step + 1, model, adapters, optimizers, gen, consumed, config)
             if bad_in_a_row >= 3:
                 sys.exit(f"error: non-finite loss or gradient in {bad_in_a_row} steps in a row; stopped at step "

@@ -173,6 +173,13 @@ class Episode:
 
 # ----------------------------------------------------------------------------- policy
 
+def adapter_map(workflow, mode):
+    """role -> adapter name, the `adapters` of make_policy. mode: base, sp (train.py's SP), ip (IP: each role type its
+    own), or all / solvers (a single-agent adapter, loaded as "transfer", on every role / on the answer roles only)."""
+    return {r: {"base": None, "sp": "shared", "ip": r, "all": "transfer",
+                "solvers": "transfer" if r in ANSWER_ROLES else None}[mode] for r in ROLES[workflow]}
+
+
 def make_policy(model, tokenizer, adapters, max_new_tokens=512, temperature=0.7, top_p=1.0, top_k=0,
                 max_prompt_tokens=4096, generator=None):
     """policy(role, texts) -> [Call | None]: each text as one chat user message, all of them sampled
@@ -204,19 +211,18 @@ def make_policy(model, tokenizer, adapters, max_new_tokens=512, temperature=0.7,
 
 
 def _stage(policy, role, episodes, jobs):
-    """One lock-step stage: jobs [(episode index, instance, text)] -> [(episode index, Turn | None)]
-    from ONE policy call; turns are appended to their episodes, None marks a too-long prompt."""
+    """One lock-step stage: jobs [(episode index, instance, text)] -> [(episode index, Turn)] from ONE
+    policy call; turns are appended to their episodes. A too-long prompt gives no turn (every caller
+    skips it) and marks its episode's facts["prompt_too_long"]."""
     if not jobs:
         return []
-    calls = policy(role, [text for _, _, text in jobs])
     out = []
-    for (i, instance, _), c in zip(jobs, calls):
-        turn = None if c is None else Turn(role, instance, **vars(c))  # Call's fields, by name
-        if turn is None:
+    for (i, instance, _), c in zip(jobs, policy(role, [text for _, _, text in jobs])):
+        if c is None:
             episodes[i].facts["prompt_too_long"] = True
         else:
-            episodes[i].turns.append(turn)
-        out.append((i, turn))
+            episodes[i].turns.append(Turn(role, instance, **vars(c)))  # Call's fields, by name
+            out.append((i, episodes[i].turns[-1]))
     return out
 
 
@@ -233,11 +239,9 @@ def _history(attempts, reviews):
 # Each fills episode.turns, .final and .facts; `tasks[i]` picks episode i's prompts.
 
 def _single(eps, probs, tasks, policy, **_):
-    jobs = [(i, "generator", PROMPTS[tasks[i]]["generator"].format(problem=p["prompt"]))
-            for i, p in enumerate(probs)]
+    jobs = [(i, "generator", PROMPTS[tasks[i]]["generator"].format(problem=p["prompt"])) for i, p in enumerate(probs)]
     for i, t in _stage(policy, "generator", eps, jobs):
-        if t is not None:
-            eps[i].final = t.text
+        eps[i].final = t.text
 
 
 def _evalopt(eps, probs, tasks, policy, rounds=None, **_):
@@ -249,18 +253,15 @@ def _evalopt(eps, probs, tasks, policy, rounds=None, **_):
     for r in range(max(limit, default=0)):
         jobs = [(i, "generator", PROMPTS[tasks[i]]["retry" if r else "generator"].format(
             problem=probs[i]["prompt"], history=_history(attempts[i], reviews[i]))) for i in active]
-        active = []
+        active = []  # a too-long retry ends the episode with its previous attempt as final
         for i, t in _stage(policy, "generator", eps, jobs):
-            if t is not None:  # a too-long retry ends the episode with its previous attempt as final
-                attempts[i].append(t.text)
-                eps[i].final = t.text
-                active.append(i)
+            attempts[i].append(t.text)
+            eps[i].final = t.text
+            active.append(i)
         jobs = [(i, "evaluator", PROMPTS[tasks[i]]["evaluator"].format(
             problem=probs[i]["prompt"], history=_history(attempts[i], reviews[i]))) for i in active]
         active = []
         for i, t in _stage(policy, "evaluator", eps, jobs):
-            if t is None:
-                continue
             verdict = parse_verdict(t.text)
             eps[i].facts["verdicts"].append(verdict)
             reviews[i].append(t.text)
@@ -274,12 +275,14 @@ def _evalopt(eps, probs, tasks, policy, rounds=None, **_):
         ep.facts.update(rounds=len(attempts[i]), retried=len(attempts[i]) > 1)
 
 
-def _answers(policy, role, eps, jobs):
-    """One stage of parallel solvers: the texts each episode got, in order (too-long prompts skipped)."""
+def _answers(policy, role, eps, jobs, count_key):
+    """One stage of parallel solvers: the texts each episode got, in order (too-long prompts skipped);
+    how many each got goes to its facts[count_key]."""
     texts = [[] for _ in eps]
     for i, t in _stage(policy, role, eps, jobs):
-        if t is not None:
-            texts[i].append(t.text)
+        texts[i].append(t.text)
+    for ep, got in zip(eps, texts):
+        ep.facts[count_key] = len(got)
     return texts
 
 
@@ -293,14 +296,11 @@ def _compare_jobs(role, probs, tasks, texts):
 def _voting(eps, probs, tasks, policy, n_voters=3, **_):
     jobs = [(i, f"generator{k}", PROMPTS[tasks[i]]["generator"].format(problem=p["prompt"]))
             for i, p in enumerate(probs) for k in range(n_voters)]
-    candidates = _answers(policy, "generator", eps, jobs)
-    for i, ep in enumerate(eps):
-        ep.facts["n_candidates"] = len(candidates[i])
+    candidates = _answers(policy, "generator", eps, jobs, "n_candidates")
     for i, t in _stage(policy, "aggregator", eps, _compare_jobs("aggregator", probs, tasks, candidates)):
-        if t is not None:
-            choice, how = parse_choice(t.text, len(candidates[i]))
-            eps[i].final = candidates[i][choice - 1]
-            eps[i].facts.update(chosen=choice, choice_parse=how)
+        choice, how = parse_choice(t.text, len(candidates[i]))
+        eps[i].final = candidates[i][choice - 1]
+        eps[i].facts.update(chosen=choice, choice_parse=how)
 
 
 def _orchworkers(eps, probs, tasks, policy, max_strategies=3, **_):
@@ -310,17 +310,13 @@ def _orchworkers(eps, probs, tasks, policy, max_strategies=3, **_):
     for ep in eps:
         ep.facts["n_strategies"] = 0
     for i, t in _stage(policy, "orchestrator", eps, jobs):
-        if t is not None:
-            strategies[i], how = parse_strategies(t.text, max_strategies)
-            eps[i].facts.update(n_strategies=len(strategies[i]), strategy_parse=how)
+        strategies[i], how = parse_strategies(t.text, max_strategies)
+        eps[i].facts.update(n_strategies=len(strategies[i]), strategy_parse=how)
     jobs = [(i, "worker", PROMPTS[tasks[i]]["worker"].format(problem=probs[i]["prompt"], strategy=s))
             for i in range(len(eps)) for s in strategies[i]]
-    solutions = _answers(policy, "worker", eps, jobs)
-    for i, ep in enumerate(eps):
-        ep.facts["n_workers"] = len(solutions[i])
+    solutions = _answers(policy, "worker", eps, jobs, "n_workers")
     for i, t in _stage(policy, "synthesizer", eps, _compare_jobs("synthesizer", probs, tasks, solutions)):
-        if t is not None:
-            eps[i].final = t.text
+        eps[i].final = t.text
 
 
 WORKFLOWS = {"single": _single, "evalopt": _evalopt, "voting": _voting, "orchworkers": _orchworkers}
@@ -342,8 +338,7 @@ def run_workflow(workflow, problems, group_size, policy, task=None, rounds=None,
     tasks = [task or p["task"] for p in probs]
     for t in set(tasks) - set(PROMPTS):
         raise ValueError(f"unknown task {t!r}; choose from {list(PROMPTS)}")
-    WORKFLOWS[workflow](eps, probs, tasks, policy, rounds=rounds, n_voters=n_voters,
-                        max_strategies=max_strategies)
+    WORKFLOWS[workflow](eps, probs, tasks, policy, rounds=rounds, n_voters=n_voters, max_strategies=max_strategies)
     if grade:
         grade_episodes(workflow, eps, problems, group_size, diagnose)
     return eps
