@@ -211,12 +211,9 @@ def _to_sympy(s: str) -> str | None:
         t = _latex_to_sympy(s)
     except (ValueError, IndexError):
         return None
-    if not re.fullmatch(r"[0-9a-zA-Z+\-*/().\s]*", t) or re.search(r"(?<!\d)\.(?!\d)", t):
-        return None
-    if re.search(r"[\d.]\s+[\d.]|\)\s*[\d.]", t):  # juxtaposed numbers ("9 9", "(9)9") are not a product
-        return None
-    if any(len(w) > 1 and w not in ("sqrt", "pi", "oo", "sin", "cos", "tan", "log", "exp")
-           for w in re.findall(r"[a-zA-Z]+", t)):
+    words = set(re.findall(r"[a-zA-Z]{2,}", t)) - {"sqrt", "pi", "oo", "sin", "cos", "tan", "log", "exp"}
+    # juxtaposed numbers ("9 9", "(9)9") are not a product: refused, like other characters and unknown words
+    if words or not re.fullmatch(r"[0-9a-zA-Z+\-*/().\s]*", t) or re.search(r"(?<!\d)\.(?!\d)|[\d.]\s+[\d.]|\)\s*[\d.]", t):
         return None
     if "**" in t and (re.search(r"\*\*\s*(\(+[^)]*|[\w.]+\s*)\*\*", t) or re.search(r"\d{5,}", t)):  # towers, huge powers
         raise _Undecided("exponent too large to evaluate safely")
@@ -344,8 +341,8 @@ def _equal(p: str, g: str) -> bool:
 
 
 def _drop_words(s: str, other: str) -> str:
-    """'12 apples' or '9 (apples)' -> '12' / '9' when the other side is a plain number: a noun after the number is not part
-    of the answer. Only then, so '5 x' still differs from gold '5x'."""
+    """'12 apples' or '9 (apples)' -> '12' / '9' when the other side is a plain number: a noun after the number
+    is not part of the answer. Only then, so '5 x' still differs from gold '5x'."""
     m = re.fullmatch(r"([-+]?\d[\d.,/]*)\s+(?:[a-zA-Z][a-zA-Z .'-]*|\([a-zA-Z][a-zA-Z .'-]+\))", s)
     return m.group(1) if m and re.fullmatch(r"[-+]?\d[\d.,/]*", other) else s
 
