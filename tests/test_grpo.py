@@ -110,16 +110,13 @@ def test_recomputed_logprobs_match_sampler(tiny):
 
 
 @pytest.mark.parametrize("mode", grpo.AGGREGATIONS)
-def test_micro_batching_does_not_change_the_gradient(tiny, mode):
+def test_micro_batching_does_not_change_the_gradient(tiny, scratch_adapter, mode):
     model, tok = tiny
     prompts, outs = _rollout(model, tok)
     comps = [c.tokens for c in outs]
     roles = ["generator", "evaluator"] * 4
     adv = [1.0, -0.5, 0.3, -1.2, 0.0, 2.0, -0.7, 0.4]
-    if "mb" not in lora.adapter_names(model):
-        lora.add_adapter(model, "mb", rank=4, alpha=8, generator=torch.Generator().manual_seed(0))
-        for p in lora.adapter_parameters(model, "mb"):  # non-zero B so the adapter matters
-            torch.nn.init.normal_(p, std=0.05)
+    scratch_adapter("mb")  # non-zero B so the adapter matters
     lora.set_adapter(model, "mb")
     with torch.no_grad():
         old = grpo.completion_logprobs(model, prompts, comps)[0]
@@ -143,15 +140,13 @@ def test_micro_batching_does_not_change_the_gradient(tiny, mode):
     split = grad(grpo.micro_batches([len(c) for c in comps], token_budget=20))
     assert full.abs().sum() > 0
     torch.testing.assert_close(split, full, atol=1e-6, rtol=1e-4)
-    lora.set_adapter(model, None)
 
 
-def test_zero_advantages_give_zero_gradient(tiny):
+def test_zero_advantages_give_zero_gradient(tiny, scratch_adapter):
     model, tok = tiny
     prompts, outs = _rollout(model, tok)
     comps = [c.tokens for c in outs]
-    if "z" not in lora.adapter_names(model):
-        lora.add_adapter(model, "z", rank=4, alpha=8)
+    scratch_adapter("z", std=0)  # as a fresh adapter: B = 0
     lora.set_adapter(model, "z")
     lps, _ = grpo.completion_logprobs(model, prompts, comps)
     lp = torch.cat(lps)
@@ -159,7 +154,6 @@ def test_zero_advantages_give_zero_gradient(tiny):
     loss, _, _ = grpo.token_loss(lp, lp.detach() - 0.1, torch.zeros_like(lp))  # ratio != 1 on purpose
     loss.sum().backward()
     assert all(p.grad is None or p.grad.abs().sum() == 0 for p in lora.adapter_parameters(model, "z"))
-    lora.set_adapter(model, None)
 
 
 def test_logprobs_ignore_padding_and_other_rows(tiny):

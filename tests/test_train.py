@@ -143,15 +143,12 @@ def _stats():
                               kl_sum=0.0, train_tokens=0, optimizer_steps=0)}
 
 
-def test_ip_step_changes_only_its_own_adapter(tiny):
+def test_ip_step_changes_only_its_own_adapter(tiny, scratch_adapter):
     import lora
     from grpo import completion_logprobs
     model, tok = tiny
-    for name in ("g_only", "e_only"):
-        if name not in lora.adapter_names(model):
-            lora.add_adapter(model, name, rank=4, alpha=8)
-            for p in lora.adapter_parameters(model, name):
-                torch.nn.init.normal_(p, std=0.05)  # non-zero B: both adapters affect the outputs
+    for seed, name in enumerate(("g_only", "e_only")):
+        scratch_adapter(name, seed=seed)  # non-zero B: both adapters affect the outputs
     before = {n: [p.detach().clone() for p in lora.adapter_parameters(model, n)] for n in ("g_only", "e_only")}
     rows = _rows()
     lora.set_adapter(model, "g_only")
@@ -165,19 +162,25 @@ def test_ip_step_changes_only_its_own_adapter(tiny):
     after = {n: lora.adapter_parameters(model, n) for n in ("g_only", "e_only")}
     assert any(not torch.equal(b, a) for b, a in zip(before["g_only"], after["g_only"]))
     assert all(torch.equal(b, a) for b, a in zip(before["e_only"], after["e_only"]))
-    lora.set_adapter(model, None)
 
 
-def test_optimizer_step_gradient_does_not_depend_on_the_token_budget(tiny):
+def close_grads(actual, expected):
+    """Equal up to float32 summation order: the tolerance scales with the gradient (differences seen:
+    at most 1e-6 of its largest entry over 12 seeds), far below what a wrong weight or a missing row
+    changes (tens of percent)."""
+    assert expected.abs().max() > 0
+    torch.testing.assert_close(actual, expected, atol=1e-5 * expected.abs().max().item(), rtol=1e-4)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 11])  # seeds 1 and 11 broke the old fixed atol of 1e-7
+def test_optimizer_step_gradient_does_not_depend_on_the_token_budget(tiny, scratch_adapter, seed):
     """train.optimizer_step's own micro-batching (per role, budget from prompt + completion tokens)
-    against one big batch: same gradient, in every aggregation mode."""
+    against one big batch: same gradient, in every aggregation mode. Regression: with atol 1e-7 on
+    gradients of ~0.1 and adapters drawn from the global RNG it failed for 3 of 12 global seeds."""
     import lora
     from grpo import AGGREGATIONS, completion_logprobs
     model, tok = tiny
-    if "mbt" not in lora.adapter_names(model):
-        lora.add_adapter(model, "mbt", rank=4, alpha=8)
-        for p in lora.adapter_parameters(model, "mbt"):
-            torch.nn.init.normal_(p, std=0.05)
+    scratch_adapter("mbt", seed=seed)
     rows = _rows() + [workflows.Turn("evaluator", "evaluator", [3, 3, 3, 3], [5, 6, 7, 8], [-1.0] * 4, "stop", "w")]
     lora.set_adapter(model, "mbt")
     with torch.no_grad():
@@ -198,21 +201,18 @@ def test_optimizer_step_gradient_does_not_depend_on_the_token_budget(tiny):
             stats = {**_stats(), "evaluator": _stats()["generator"]}
             train.optimizer_step(model, "mbt", rows, [1.0, -0.5, 2.0, -1.0], old, [None] * 4, NoStep(), args, stats)
             grads.append(torch.cat([p.grad.flatten() for p in lora.adapter_parameters(model, "mbt")]))
-        assert grads[0].abs().sum() > 0
-        torch.testing.assert_close(grads[1], grads[0], atol=1e-7, rtol=1e-5)
-    lora.set_adapter(model, None)
+        close_grads(grads[1], grads[0])
 
 
-def test_first_step_without_old_logprobs_equals_recomputed_ones(tiny):
+@pytest.mark.parametrize("seed", [0, 1, 11])
+def test_first_step_without_old_logprobs_equals_recomputed_ones(tiny, scratch_adapter, seed):
     """An adapter's only step in a batch takes its old log-probs from its own forward (None entries);
-    with the separately recomputed ones (what train_step did before) the gradient is the same."""
+    with the separately recomputed ones (what train_step did before) the gradient is the same.
+    Regression: fixed atol 1e-7 and global-RNG adapters, as the test above."""
     import lora
     from grpo import completion_logprobs
     model, tok = tiny
-    if "once" not in lora.adapter_names(model):
-        lora.add_adapter(model, "once", rank=4, alpha=8)
-        for p in lora.adapter_parameters(model, "once"):
-            torch.nn.init.normal_(p, std=0.05)
+    scratch_adapter("once", seed=seed)
     rows = _rows()
     args = train.parse_args(["--grad-clip", "1e9"])
     lora.set_adapter(model, "once")
@@ -224,10 +224,8 @@ def test_first_step_without_old_logprobs_equals_recomputed_ones(tiny):
     for old_lp in (old, [None] * 3, [o - 1.0 for o in old]):  # the last: ratios e, clipped: must differ
         train.optimizer_step(model, "once", rows, [1.0, -1.0, 0.5], old_lp, [None] * 3, opt, args, _stats())
         grads.append(torch.cat([p.grad.flatten() for p in lora.adapter_parameters(model, "once")]))
-    assert grads[0].abs().sum() > 0
-    torch.testing.assert_close(grads[1], grads[0], atol=1e-7, rtol=1e-5)
-    assert not torch.allclose(grads[2], grads[0])
-    lora.set_adapter(model, None)
+    close_grads(grads[1], grads[0])
+    assert (grads[2] - grads[0]).abs().max() > 0.01 * grads[0].abs().max()
 
 
 def test_non_finite_loss_skips_steps_then_stops(tmp_path, monkeypatch):
@@ -321,3 +319,4 @@ def test_eval_cadence_does_not_change_training(tmp_path, monkeypatch):
     mb = read_metrics(b)
     assert all("eval_accuracy" in x for x in mb)
     assert strip_time(read_metrics(a)) == [{k: v for k, v in x.items() if k != "eval_accuracy"} for x in strip_time(mb)]
+
