@@ -1,6 +1,7 @@
 """train.py end to end on the tiny model: a 2-step smoke run of every workflow x policy, exact
 resume, optimizer-step counts, IP isolation, non-finite steps, and clear errors for bad input."""
 import json
+import math
 import os
 
 import pytest
@@ -86,6 +87,8 @@ def test_resume_equals_uninterrupted_run(tmp_path, monkeypatch):
         for key in a[name]:
             assert torch.equal(a[name][key], b[name][key]), (name, key)
     assert strip_time(read_metrics(full)) == strip_time(read_metrics(part))
+    # the optimizers ran at lr x lr_factor: --warmup 1 --steps 4 gives 1, then cosine over 3 steps: 1, 0.75, 0.25
+    assert [x["lr"] for x in read_metrics(part)] == pytest.approx([1e-3, 1e-3, 7.5e-4, 2.5e-4])
     assert open(os.path.join(full, "samples.txt")).read() == open(os.path.join(part, "samples.txt")).read()
     assert all(r["grad_norm"] > 0 for x in read_metrics(full) for r in x["roles"].values())
     assert all(r["kl"] > 0 for x in read_metrics(part)[1:] for r in x["roles"].values())  # KL survives resume
@@ -320,3 +323,148 @@ def test_eval_cadence_does_not_change_training(tmp_path, monkeypatch):
     assert all("eval_accuracy" in x for x in mb)
     assert strip_time(read_metrics(a)) == [{k: v for k, v in x.items() if k != "eval_accuracy"} for x in strip_time(mb)]
 
+
+# ---------------------------------------------------------------------------------------------
+# by value or by direction: what one update, the schedule and the GRPO groups must be
+
+def test_lr_schedule_by_hand():
+    """Kills: cosine decay replaced by a linear one, no warm-up. --warmup 4 --steps 20: linear warm-up
+    (step + 1) / 4, then 0.5 (1 + cos(pi (step - 4) / 16)); --no-cosine: flat 1 after warm-up."""
+    args = train.parse_args(["--warmup", "4", "--steps", "20"])
+    got = [train.lr_factor(step, args) for step in (0, 1, 3, 4, 8, 12, 16, 19)]
+    c = lambda progress: 0.5 * (1 + math.cos(math.pi * progress))
+    assert got == pytest.approx([0.25, 0.5, 1.0, 1.0, c(0.25), 0.5, c(0.75), c(15 / 16)])
+    assert got[4] == pytest.approx(0.853553, abs=1e-6) and got[6] == pytest.approx(0.146447, abs=1e-6)
+    flat = train.parse_args(["--warmup", "4", "--steps", "20", "--no-cosine"])
+    assert [train.lr_factor(s, flat) for s in (1, 4, 12, 19)] == pytest.approx([0.5, 1.0, 1.0, 1.0])
+
+
+@pytest.mark.parametrize("advantage", [1.0, -1.0])
+def test_one_update_moves_the_completion_in_the_direction_of_its_advantage(tiny, scratch_adapter, advantage):
+    """Kills: the update using -advantage (every test comparing two runs of the same code passes with
+    it). One SGD step of train.optimizer_step on one row: A = +1 must raise that completion's
+    log-prob, A = -1 lower it (first order: by about lr * |gradient|^2, here far above float noise)."""
+    import lora
+    from grpo import completion_logprobs
+    model, tok = tiny
+    scratch_adapter("dir", std=0)  # a fresh adapter, B = 0: the gradient reaches B through A x
+    lora.set_adapter(model, "dir")
+    row = workflows.Turn("generator", "generator", [1, 2, 3, 4], [7, 8, 9], [-1.0] * 3, "stop", "x")
+    total = lambda: completion_logprobs(model, [row.prompt_ids], [row.completion_ids])[0][0].sum().item()
+    with torch.no_grad():
+        before = total()
+    opt = torch.optim.SGD(lora.adapter_parameters(model, "dir"), lr=0.05)
+    args = train.parse_args(["--temperature", "1"])
+    assert train.optimizer_step(model, "dir", [row], [advantage], [None], [None], opt, args, _stats())
+    lora.set_adapter(model, "dir")
+    with torch.no_grad():
+        change = total() - before
+    assert change * advantage > 1e-3, change
+
+
+def scripted(reply):
+    """A policy for train_step without the sampler: reply(role, text, k) -> completion text, k the
+    text's position in its call (episode-major, as the workflows batch them). Token ids: one per
+    character, small enough for the tiny model."""
+    def policy(role, texts):
+        out = []
+        for k, text in enumerate(texts):
+            r = reply(role, text, k)
+            out.append(workflows.Call([1, 2, 3], [5 + (ord(ch) % 50) for ch in r], [-0.5] * len(r), "stop", r))
+        return out
+    return policy
+
+
+def yes_grade(completions, problems, **kw):
+    """Reward 1 for an answer containing YES (no prompt contains it)."""
+    return [(float("YES" in c), "correct" if "YES" in c else "wrong") for c in completions]
+
+
+def voting_reply(role, text, k):  # rollout 0 of each problem: every voter right; the aggregator picks 1
+    return ("YES" if k // 3 % 2 == 0 else "no") if role == "generator" else "\\boxed{1}"
+
+
+def orch_reply(role, text, k):
+    if role == "orchestrator":  # rollout 0 of a problem plans two strategies, rollout 1 one
+        return "STRATEGY 1: add\nSTRATEGY 2: count" if k % 2 == 0 else "STRATEGY 1: add"
+    return "work" if role == "worker" else ("YES" if k % 2 == 0 else "no")
+
+
+def evalopt_reply(role, text, k):
+    """Rollout 0 answers right at once and is approved; rollout 1 is wrong three times, rejected each time."""
+    if role == "generator":
+        return ("YES" if k % 2 == 0 else "no") if "Attempt 1" not in text else "no again"
+    return "\\boxed{Correct}" if "YES" in text else "\\boxed{Incorrect}"
+
+
+S = 1 / math.sqrt(2)  # rewards (1, 0) in a group of two: advantages +-0.5 / std = +-1/sqrt(2)
+GROUPS = {  # per workflow: instance -> (rows in the group of one problem, their advantages in order)
+    "voting": (voting_reply, {"generator0": [S, -S], "generator1": [S, -S], "generator2": [S, -S],
+                              "aggregator": [S, -S]}),
+    # workers of both rollouts pool: rewards (1, 1, 0), mean 2/3, std sqrt(1/3)
+    "orchworkers": (orch_reply, {"orchestrator": [S, -S], "synthesizer": [S, -S],
+                                 "worker": [1 / 3 / math.sqrt(1 / 3)] * 2 + [-2 / 3 / math.sqrt(1 / 3)]}),
+    # all attempts (and all reviews) of both rollouts pool: rewards (1, 0, 0, 0), mean 1/4, std 1/2
+    "evalopt": (evalopt_reply, {"generator": [1.5, -0.5, -0.5, -0.5], "evaluator": [1.5, -0.5, -0.5, -0.5]}),
+}
+
+
+@pytest.mark.parametrize("workflow", list(GROUPS))
+def test_grpo_groups_and_advantages_of_one_step(tiny, workflow, monkeypatch):
+    """Which rows share a GRPO group, and the advantages they get, by hand (rollout 0 of each problem
+    right, rollout 1 wrong). Kills: groups keyed by role instead of instance (Voting's voters pooled:
+    then the advantages are +-0.913, not +-0.707), groups not split by problem, advantages of the
+    wrong sign or not divided by their group's std."""
+    reply, expect = GROUPS[workflow]
+    model, tok = tiny
+    monkeypatch.setattr(train, "policy_for", lambda *a: scripted(reply))
+    monkeypatch.setattr(workflows.rewards, "grade", yes_grade)
+    keys, updates = [], []
+    real_adv = train.grpo.group_advantages
+    monkeypatch.setattr(train.grpo, "group_advantages", lambda k, *a, **kw: keys.extend(k) or real_adv(k, *a, **kw))
+    monkeypatch.setattr(train, "optimizer_step", lambda model, adapter, rows, adv, *a: updates.append(
+        (adapter, rows, adv)) or True)
+    args = train.parse_args(["--workflow", workflow, "--policy", "sp", "--group", "2", "--problems", "2"])
+    problems = [{"id": f"p{j}", "task": "math", "prompt": f"problem {j}", "answer": "1"} for j in range(2)]
+    opt = {"shared": torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)}
+    metrics, episodes = train.train_step(model, tok, problems, args, opt, None, 1)
+    assert [ep.reward for ep in episodes] == [1.0, 0.0, 1.0, 0.0]
+    (adapter, rows, adv), = updates  # SP: one step over every row
+    assert adapter == "shared" and len(rows) == len(keys) == sum(len(ep.turns) for ep in episodes)
+    groups = {}
+    for key, row, a in zip(keys, rows, adv):
+        groups.setdefault(key, []).append(a)
+    assert groups == {(p["id"], inst): pytest.approx(a, abs=1e-5) for p in problems for inst, a in expect.items()}
+    assert metrics["singleton_groups"] == 0
+
+
+@pytest.mark.parametrize("workflow,reply,steps", [
+    ("voting", voting_reply, [("generator", {"generator0"}), ("generator", {"generator1"}),
+                              ("generator", {"generator2"}), ("aggregator", {"aggregator"})]),
+    ("orchworkers", orch_reply, [("orchestrator", {"orchestrator"}), ("worker", {0}), ("worker", {1}),
+                                 ("synthesizer", {"synthesizer"})]),
+])
+def test_ip_per_instance_steps_hold_only_their_role_and_instance(tiny, scratch_adapter, workflow, reply, steps,
+                                                                 monkeypatch):
+    """Under IP each optimizer step holds one adapter's rows, and under --parallel-steps per-instance
+    only one instance of it (voter k; the k-th worker of each episode). Kills: an IP step taking other
+    roles' rows, per-instance steps merged or split on the wrong index."""
+    model, tok = tiny
+    for seed, role in enumerate(workflows.ROLES[workflow]):
+        scratch_adapter(role, seed=seed)
+    monkeypatch.setattr(train, "policy_for", lambda *a: scripted(reply))
+    monkeypatch.setattr(workflows.rewards, "grade", yes_grade)
+    updates = []
+    monkeypatch.setattr(train, "optimizer_step", lambda model, adapter, rows, *a: updates.append(
+        (adapter, rows)) or True)
+    args = train.parse_args(["--workflow", workflow, "--policy", "ip", "--group", "2", "--problems", "1"])
+    opt = {r: torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0) for r in workflows.ROLES[workflow]}
+    _, episodes = train.train_step(model, tok, [{"id": "p", "task": "math", "prompt": "q", "answer": "1"}],
+                                   args, opt, None, 1)
+    slot = lambda row: next(j - 1 for ep in episodes for j, t in enumerate(ep.turns) if t is row)  # after the orchestrator
+    got = [(adapter, {r.instance if workflow == "voting" or r.role != "worker" else slot(r) for r in rows})
+           for adapter, rows in updates]
+    assert got == steps
+    assert all(r.role == adapter for adapter, rows in updates for r in rows)
+    # every row is in exactly one step
+    assert sorted(id(r) for _, rows in updates for r in rows) == sorted(id(t) for ep in episodes for t in ep.turns)
