@@ -87,6 +87,31 @@ def test_pass_at_k_hand_values():
     assert ev.pass_at_k(8, 3, 1) == pytest.approx(3 / 8)
 
 
+def test_pass_at_1_standard_error_and_pass_at_k_by_hand(tiny, monkeypatch):
+    """A scripted 3 problems x 4 samples reward matrix, run in chunks of 2 problems. Kills: samples
+    grouped on the wrong axis (pass@1 is the same either way; its standard error and pass@k are not),
+    the standard error without Bessel's correction, a biased pass@k.
+        p0: 1 0 0 0  (1/4)    p1: 1 1 0 1  (3/4)    p2: 0 0 0 0  (0)
+    pass@1 = 1/3; se = std(1/4, 3/4, 0; ddof 1) / sqrt(3) = sqrt(21/144) / sqrt(3); pass@2 per problem
+    1 - C(3,2)/C(4,2) = 1/2, 1 (one wrong sample cannot fill 2 draws), 0 -> 1/2; pass@3: 3/4, 1, 0."""
+    matrix = {"p0": [1, 0, 0, 0], "p1": [1, 1, 0, 1], "p2": [0, 0, 0, 0]}
+    calls = []
+
+    def scripted_run(workflow, problems, group, *a, **kw):
+        calls.append([p["id"] for p in problems])
+        return [Episode(p["id"], g, final="x", reward=float(matrix[p["id"]][g]),
+                        status="correct" if matrix[p["id"]][g] else "wrong") for p in problems for g in range(group)]
+    monkeypatch.setattr(ev, "run_workflow", scripted_run)
+    model, tok = tiny
+    problems = [{"id": pid, "task": "math", "prompt": "q", "answer": "1"} for pid in matrix]
+    r = ev.evaluate(model, tok, problems, "single", ev.adapter_map("single", "base"), "math", n=4, ks=[2, 3], chunk=2)
+    assert calls == [["p0", "p1"], ["p2"]]
+    assert r["pass@1"] == pytest.approx(1 / 3)
+    assert r["pass@1_se"] == pytest.approx((21 / 144) ** 0.5 / 3 ** 0.5)
+    assert r["pass@k"] == pytest.approx({"2": 0.5, "3": (0.75 + 1) / 3})
+    assert r["status"] == {"correct": 4, "wrong": 8}
+
+
 def T(role, correct=None, text="x", length=3, finish="stop", instance=None):
     return Turn(role, instance or role, [1], [5] * length, [0.0] * length, finish, text, correct=correct)
 

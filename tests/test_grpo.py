@@ -46,6 +46,53 @@ def test_token_loss_hand_computed():
     assert shares == pytest.approx({"a": 0.5, "b": 0.5})
 
 
+def test_token_loss_branches_the_hand_computed_test_does_not_reach():
+    """Kills: the clip flag set wherever the clipped and unclipped objectives differ (it must be set only
+    where the clip wins), and the dual clip applied when it is off (dual_clip=0) or to A > 0. Each token
+    also checks its gradient: -A * ratio where the objective is unclipped, 0 where a clip or cap holds."""
+    def one(ratio, a, **kw):
+        lp = torch.tensor([math.log(ratio)], requires_grad=True)
+        loss, clipped, _ = grpo.token_loss(lp, torch.zeros(1), torch.tensor([a]), **kw)
+        loss.backward()
+        return loss.item(), bool(clipped.item()), lp.grad.item()
+    # A > 0 and the ratio below 1 - clip_low: no clip for a positive advantage going down (max picks -A r)
+    assert one(0.5, 1.0) == pytest.approx((-0.5, False, -0.5))
+    assert one(0.5, 2.0) == pytest.approx((-1.0, False, -1.0))
+    # A < 0 and the ratio between 1 + clip_high and the dual cap 3: unclipped, loss -A r = 2
+    assert one(2.0, -1.0) == pytest.approx((2.0, False, 2.0))
+    assert one(2.0, -1.0, dual_clip=3.0) == one(2.0, -1.0)
+    # ... and past the cap: loss -A * 3, no gradient
+    assert one(4.0, -1.0) == pytest.approx((3.0, True, 0.0))
+    # dual clip off: the same token keeps its full loss -A r and its gradient
+    assert one(4.0, -1.0, dual_clip=0) == pytest.approx((4.0, False, 4.0))
+    assert one(20.0, -0.5, dual_clip=0) == pytest.approx((10.0, False, 10.0))
+    # dual clip never touches A > 0, whatever the ratio (there the high clip holds: -A * 1.28)
+    assert one(50.0, 1.0) == pytest.approx((-1.28, True, 0.0))
+    assert one(1.1, 1.0, dual_clip=0.5) == pytest.approx((-1.1, False, -1.1))
+
+
+def test_token_weights_within_a_role_for_every_mode():
+    """Per-token weights by hand with unequal lengths inside a role (roles g, g, g, a; lengths 2, 6, 4, 8).
+    Kills: role-balanced splitting a role's 1/R by tokens (token-mean inside the role) instead of by rows;
+    the role shares alone cannot see that, both give each role 1/2."""
+    roles, lengths = ["g", "g", "g", "a"], [2, 6, 4, 8]
+    expect = {  # every row 1/4 of the total; every token 1/20; each role 1/2, then each row 1/3 of g's half
+        "seq-mean-token-mean": [1 / 8, 1 / 24, 1 / 16, 1 / 32],
+        "token-mean": [1 / 20] * 4,
+        "role-balanced": [1 / 12, 1 / 36, 1 / 24, 1 / 16],
+    }
+    for mode, w in expect.items():
+        weights, shares = grpo.token_weights(roles, lengths, mode)
+        assert weights == pytest.approx(w), mode
+        assert shares["g"] == pytest.approx(sum(x * n for x, n in zip(w[:3], lengths[:3]))), mode
+    # role weights scale and renormalise: a 3x under seq-mean-token-mean -> rows 1/4, 1/4, 1/4, 3/4, over 3/2
+    weights, shares = grpo.token_weights(roles, lengths, "seq-mean-token-mean", {"a": 3.0})
+    assert weights == pytest.approx([1 / 12, 1 / 36, 1 / 24, 1 / 16])
+    assert shares == pytest.approx({"g": 0.5, "a": 0.5})
+    weights, _ = grpo.token_weights(roles, lengths, "token-mean", {"g": 0.0})
+    assert weights == pytest.approx([0, 0, 0, 1 / 8])
+
+
 def test_huge_log_ratio_gives_finite_gradient():
     """Regression: an unclamped exp(lp - old) overflowed to inf and 0 * inf put NaN in the gradient
     while the (clipped) loss stayed finite, so the step was skipped."""
@@ -109,17 +156,35 @@ def test_recomputed_logprobs_match_sampler(tiny):
         assert (ent >= 0).all() and ent.shape == lp.shape
 
 
+def test_logprobs_at_temperature_match_sampler_and_hand_log_softmax(tiny):
+    """Kills: completion_logprobs ignoring the sampling temperature (at T = 1, where the other tests
+    compare, that bug is invisible). At T = 0.7 the training log-probs must equal the sampler's and a
+    hand log_softmax(logits / T) of one full forward pass per row."""
+    model, tok = tiny
+    T = 0.7
+    prompts = [chat_ids(tok, t) for t in ["Add 2 and 3.", "Count to five, please"]]
+    outs = sample(model, prompts, n=2, max_new_tokens=10, temperature=T, pad_id=tok.pad_token_id,
+                  generator=torch.Generator().manual_seed(5))
+    rows = [prompts[c.prompt_index] for c in outs]
+    with torch.no_grad():
+        lps, _ = grpo.completion_logprobs(model, rows, [c.tokens for c in outs], temperature=T)
+        for lp, c, p in zip(lps, outs, rows):
+            logits = model(input_ids=torch.tensor([p + c.tokens])).logits[0, len(p) - 1:-1].float()
+            by_hand = torch.log_softmax(logits / T, -1).gather(-1, torch.tensor(c.tokens)[:, None])[:, 0]
+            at_one = torch.log_softmax(logits, -1).gather(-1, torch.tensor(c.tokens)[:, None])[:, 0]
+            assert (by_hand - at_one).abs().max() > 1e-2  # T matters for these tokens
+            torch.testing.assert_close(lp, by_hand, atol=1e-4, rtol=0)
+            torch.testing.assert_close(lp, torch.tensor(c.logprobs), atol=1e-4, rtol=0)
+
+
 @pytest.mark.parametrize("mode", grpo.AGGREGATIONS)
-def test_micro_batching_does_not_change_the_gradient(tiny, mode):
+def test_micro_batching_does_not_change_the_gradient(tiny, scratch_adapter, mode):
     model, tok = tiny
     prompts, outs = _rollout(model, tok)
     comps = [c.tokens for c in outs]
     roles = ["generator", "evaluator"] * 4
     adv = [1.0, -0.5, 0.3, -1.2, 0.0, 2.0, -0.7, 0.4]
-    if "mb" not in lora.adapter_names(model):
-        lora.add_adapter(model, "mb", rank=4, alpha=8, generator=torch.Generator().manual_seed(0))
-        for p in lora.adapter_parameters(model, "mb"):  # non-zero B so the adapter matters
-            torch.nn.init.normal_(p, std=0.05)
+    scratch_adapter("mb")  # non-zero B so the adapter matters
     lora.set_adapter(model, "mb")
     with torch.no_grad():
         old = grpo.completion_logprobs(model, prompts, comps)[0]
@@ -143,15 +208,13 @@ def test_micro_batching_does_not_change_the_gradient(tiny, mode):
     split = grad(grpo.micro_batches([len(c) for c in comps], token_budget=20))
     assert full.abs().sum() > 0
     torch.testing.assert_close(split, full, atol=1e-6, rtol=1e-4)
-    lora.set_adapter(model, None)
 
 
-def test_zero_advantages_give_zero_gradient(tiny):
+def test_zero_advantages_give_zero_gradient(tiny, scratch_adapter):
     model, tok = tiny
     prompts, outs = _rollout(model, tok)
     comps = [c.tokens for c in outs]
-    if "z" not in lora.adapter_names(model):
-        lora.add_adapter(model, "z", rank=4, alpha=8)
+    scratch_adapter("z", std=0)  # as a fresh adapter: B = 0
     lora.set_adapter(model, "z")
     lps, _ = grpo.completion_logprobs(model, prompts, comps)
     lp = torch.cat(lps)
@@ -159,7 +222,6 @@ def test_zero_advantages_give_zero_gradient(tiny):
     loss, _, _ = grpo.token_loss(lp, lp.detach() - 0.1, torch.zeros_like(lp))  # ratio != 1 on purpose
     loss.sum().backward()
     assert all(p.grad is None or p.grad.abs().sum() == 0 for p in lora.adapter_parameters(model, "z"))
-    lora.set_adapter(model, None)
 
 
 def test_logprobs_ignore_padding_and_other_rows(tiny):

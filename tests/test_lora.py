@@ -53,6 +53,35 @@ def test_fresh_adapter_is_exactly_base(ids):
     assert A.dtype == torch.float32 and A.abs().max() <= 1 / 32 ** 0.5 and A.abs().sum() > 0
 
 
+def test_lora_layer_is_base_plus_alpha_over_r_BAx_by_hand():
+    """One LoRALinear against y = W x + b + (alpha / r) B A x with the scale written out as a number
+    (the model-level reference below takes it from LoRALinear.scaling, so it cannot see a wrong scale).
+    Kills: alpha / sqrt(r) (rsLoRA's scale) instead of alpha / r; the merged weight off the same way."""
+    g = torch.Generator().manual_seed(0)
+    base = nn.Linear(6, 5)
+    with torch.no_grad():
+        base.weight.copy_(torch.randn(5, 6, generator=g))
+        base.bias.copy_(torch.randn(5, generator=g))
+    layer = LoRALinear(base)
+    layer.add("a", rank=4, alpha=8.0, dropout=0.0)   # alpha / r = 2; alpha / sqrt(r) would be 4
+    layer.add("b", rank=2, alpha=3.0, dropout=0.0)   # alpha / r = 1.5
+    A, B = torch.randn(4, 6, generator=g), torch.randn(5, 4, generator=g)
+    with torch.no_grad():
+        layer.lora_A["a"].copy_(A)
+        layer.lora_B["a"].copy_(B)
+        layer.lora_B["b"].copy_(torch.randn(5, 2, generator=g))
+    x = torch.randn(3, 6, generator=g)
+    plain = x @ base.weight.detach().T + base.bias.detach()
+    with torch.no_grad():
+        assert torch.equal(layer(x), plain)          # no adapter active: the base layer, bit for bit
+        layer.active = "a"
+        torch.testing.assert_close(layer(x), plain + 2.0 * (x @ A.T @ B.T), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(layer.merged_weight("a"), base.weight + 2.0 * B @ A, atol=1e-5, rtol=1e-5)
+        layer.active = "b"
+        Ab, Bb = layer.lora_A["b"], layer.lora_B["b"]
+        torch.testing.assert_close(layer(x), plain + 1.5 * (x @ Ab.T @ Bb.T), atol=1e-5, rtol=1e-5)
+
+
 def test_switching_adapters_matches_manual_reference(ids):
     model = tiny_model()
     reference = copy.deepcopy(model)                 # plain HF model, never wrapped

@@ -40,15 +40,33 @@ def test_bad_model_specs_are_clear_errors(spec, message):
         models.load_model(spec, device="cpu")
 
 
-def test_hub_name_without_network_says_so(monkeypatch):
+def offline(monkeypatch):
+    """Fake a machine without network: the hub probe answers False at once (and records the call);
+    HF_HUB_OFFLINE keeps transformers' own cache lookup from asking the hub too. Regression: these
+    tests spent ~23 s each on a real lookup."""
+    asked = []
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(models, "_hub_reachable", lambda *a, **k: asked.append(1) or False)
+    return asked
+
+
+def test_hub_name_without_network_says_so(monkeypatch):
+    asked = offline(monkeypatch)
     with pytest.raises(RuntimeError, match="cannot be reached.*--model tiny"):
         models.load_model("someone/not-cached-model-xyz", device="cpu")
+    assert asked  # not in the cache, so the hub was asked
 
 
 def test_default_model_falls_back_to_tiny_with_one_line(monkeypatch, capsys):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    offline(monkeypatch)
     monkeypatch.setattr(models, "DEFAULT_MODEL", "someone/not-cached-model-xyz")
     _, _, used = models.load_default_model(None, device="cpu")
     out = capsys.readouterr().out.strip().splitlines()
     assert used == "tiny" and len(out) == 1 and "built-in tiny model" in out[0]
+
+
+def test_hub_probe_honours_hf_hub_offline(monkeypatch):
+    """With HF_HUB_OFFLINE set the probe says no without opening a connection."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(models.socket, "create_connection", lambda *a, **k: pytest.fail("opened a connection"))
+    assert models._hub_reachable() is False

@@ -104,6 +104,33 @@ def test_min_new_tokens_forces_length_and_top_k_1_is_greedy(tiny):
     assert [c.tokens for c in greedy] == [c.tokens for c in top_p0]
 
 
+def test_top_p_and_top_k_truncate_at_non_degenerate_values():
+    """sampler.pick on one 4-token distribution (0.5, 0.3, 0.15, 0.05), 20000 draws per setting: the
+    drawn tokens' frequencies against the truncated, renormalised distribution worked out by hand
+    (sampling noise: sd <= 0.0036 per frequency). Kills: top-p dropping the token whose probability
+    crosses p (top_p 0.7 must keep tokens 0 and 1: 0.5 < 0.7 <= 0.8), top-k dropping the k-th token,
+    truncation before the temperature, log-probs of the truncated distribution (the returned log-prob
+    is always log_softmax(logits / T) of the full vocabulary, as the trainer recomputes it)."""
+    from sampler import pick
+    probs = torch.tensor([0.5, 0.3, 0.15, 0.05])
+    logits = probs.log().repeat(20000, 1)
+    at_2 = probs.sqrt() / probs.sqrt().sum()  # T = 2: p^(1/2) renormalised = 0.379, 0.294, 0.207, 0.120
+    cases = [  # (temperature, top_k, top_p, expected frequencies)
+        (1.0, 0, 0.7, torch.tensor([0.5, 0.3, 0, 0]) / 0.8),
+        (1.0, 0, 0.85, torch.tensor([0.5, 0.3, 0.15, 0]) / 0.95),
+        (1.0, 2, 1.0, torch.tensor([0.5, 0.3, 0, 0]) / 0.8),
+        (1.0, 3, 0.7, torch.tensor([0.5, 0.3, 0, 0]) / 0.8),
+        (2.0, 0, 0.7, torch.cat([at_2[:3], torch.zeros(1)]) / at_2[:3].sum()),  # 0.379 + 0.294 < 0.7
+        (2.0, 3, 1.0, torch.cat([at_2[:3], torch.zeros(1)]) / at_2[:3].sum()),
+    ]
+    for T, k, p, expected in cases:
+        tokens, logprobs = pick(logits, T, k, p, torch.Generator().manual_seed(0))
+        freq = torch.bincount(tokens, minlength=4) / len(tokens)
+        assert (freq[expected == 0] == 0).all(), (T, k, p, freq)
+        torch.testing.assert_close(freq, expected, atol=0.015, rtol=0, msg=f"T={T} top_k={k} top_p={p}")
+        torch.testing.assert_close(logprobs, torch.log_softmax(logits / T, -1).gather(-1, tokens[:, None])[:, 0])
+
+
 def test_empty_prompt_list_and_empty_prompt(tiny):
     model, tok = tiny
     assert sample(model, [], pad_id=tok.pad_token_id) == []

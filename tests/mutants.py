@@ -1,0 +1,289 @@
+"""Mutation check: plant one plausible bug at a time in a temporary copy of the repo and see whether
+the tests notice. A test suite that passes with the algorithm broken is not testing the algorithm.
+
+    python tests/mutants.py                       # every mutant (about 8 minutes on 2 shared cores)
+    python tests/mutants.py --list                # the table (and any pattern that no longer fits)
+    python tests/mutants.py --only kl-sign,lora-scale-sqrt-rank
+
+Run by hand, not in CI (it is not a test module: pytest does not collect it). Each mutant is one
+row of MUTANTS: (name, file, function, pattern, replacement, tests). `function` is a function or
+method name ("LoRALinear.scaling"); `pattern` must occur exactly once in that function's source
+(found through ast, so unrelated code may move freely) and is replaced by `replacement`. When a
+refactor changes the line, the mutant reports an ERROR naming itself; update its pattern here.
+Every mutant gets a fresh copy of the *.py files and tests/ (never the working tree), then
+`pytest -x` on its `tests` (files or node ids), and is reported as `killed by <the first failing
+test>` or SURVIVED. Before the mutants, the same tests must pass on the unmodified copy.
+The last line is `killed K of N mutants`; the exit status is 0 only when every mutant was killed.
+
+Not here because they cannot be killed: equivalent mutants. E.g. the sampler's position ids counted from the
+padding instead of each row's first token: Qwen3's rotary attention only sees position differences, so
+the outputs differ by float rounding only (it survived every test, rightly).
+Left out: generating mutants automatically (most would be noise: renamed locals, log messages),
+running mutants in parallel (the tests already use both cores), the distributed tests.
+"""
+import argparse
+import ast
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def ids(file, *names):
+    """Node ids of some tests of one file (a whole file when no names)."""
+    return [f"tests/{file}::{n}" for n in names] or [f"tests/{file}"]
+
+
+GRPO, LORA, WORKFLOWS, EVAL = ids("test_grpo.py"), ids("test_lora.py"), ids("test_workflows.py"), ids("test_eval.py")
+# train.py's tests that do not run train.main (seconds, not tens of seconds); the two runs some mutants need
+TRAIN = ids("test_train.py", "test_lr_schedule_by_hand",
+            "test_one_update_moves_the_completion_in_the_direction_of_its_advantage",
+            "test_grpo_groups_and_advantages_of_one_step", "test_ip_per_instance_steps_hold_only_their_role_and_instance",
+            "test_ip_step_changes_only_its_own_adapter", "test_optimizer_step_gradient_does_not_depend_on_the_token_budget",
+            "test_first_step_without_old_logprobs_equals_recomputed_ones")
+TRAIN_RESUME = ids("test_train.py", "test_resume_equals_uninterrupted_run")
+TRAIN_OLD_LOGPROBS = ids("test_train.py", "test_old_logprobs_are_recomputed_only_for_several_steps")
+SAMPLER = ids("test_sampler.py",  # not the torch.compile test: 10-20 s and no mutant needs it
+              "test_top_p_and_top_k_truncate_at_non_degenerate_values", "test_logprobs_equal_full_forward",
+              "test_greedy_matches_generate_on_mixed_lengths", "test_min_new_tokens_forces_length_and_top_k_1_is_greedy")
+REWARDS = ids("test_rewards.py",  # not the real-data and adversarial-sandbox tests
+              "test_math_equivalence_table", "test_extract_code", "test_code_pass_fail_and_statuses", "test_io_tests",
+              "test_grade_batch_mixed_and_order")
+
+# (name, file, function, pattern -> replacement, tests). The first eight are the bugs of issue 19
+# that the suite used to pass.
+MUTANTS = [
+    ("update-uses-minus-advantage", "train.py", "optimizer_step",
+     "per_token([adv[i] for i in mb])", "per_token([-adv[i] for i in mb])", TRAIN),
+    ("logprobs-ignore-temperature", "grpo.py", "_chunk_logprobs",
+     "logits = head(hidden).float() / temperature", "logits = head(hidden).float()", GRPO),
+    ("lora-scale-sqrt-rank", "lora.py", "LoRALinear.scaling",
+     'self.adapters[name]["alpha"] / self.adapters[name]["rank"]',
+     'self.adapters[name]["alpha"] / math.sqrt(self.adapters[name]["rank"])', LORA),
+    ("eval-samples-on-wrong-axis", "eval.py", "evaluate", ".reshape(P, n).sum(1)", ".reshape(n, P).sum(0)", EVAL),
+    ("groups-keyed-by-role", "train.py", "train_step",
+     "keys.append((ep.problem_id, turn.instance))", "keys.append((ep.problem_id, turn.role))", TRAIN),
+    ("role-balanced-token-mean-in-role", "grpo.py", "token_weights",
+     "weights[i] = 1.0 / (len(per_role) * per_role[roles[i]] * lengths[i])",
+     "weights[i] = 1.0 / (len(per_role) * sum(lengths[j] for j in live if roles[j] == roles[i]))", GRPO),
+    ("cosine-decay-as-linear", "train.py", "lr_factor",
+     "0.5 * (1 + math.cos(math.pi * min(1.0, progress)))", "1.0 - min(1.0, progress)", TRAIN),
+    ("top-p-drops-crossing-token", "sampler.py", "pick",
+     "drop = probs.cumsum(-1) - probs >= top_p", "drop = probs.cumsum(-1) >= top_p", SAMPLER),
+    # grpo.py: advantages, weights, log-probs, the loss
+    ("advantage-not-divided-by-std", "grpo.py", "group_advantages", "a = a / (r.std() + eps)", "a = a", GRPO),
+    ("advantage-biased-std", "grpo.py", "group_advantages", "r.std()", "r.std(correction=0)", GRPO),
+    ("seq-mean-as-token-mean", "grpo.py", "token_weights",
+     "weights[i] = 1.0 / (len(live) * lengths[i])", "weights[i] = 1.0 / total_tokens", GRPO),
+    ("role-weights-not-renormalised", "grpo.py", "token_weights",
+     "weights = [w / total for w in weights]", "weights = list(weights)", GRPO),
+    ("logprobs-shifted-by-one", "grpo.py", "completion_logprobs",
+     "range(len(p) - 1, len(p) + len(c) - 1)", "range(len(p), len(p) + len(c))", GRPO),
+    ("ratio-inverted", "grpo.py", "token_loss", "(logprobs - old_logprobs)", "(old_logprobs - logprobs)", GRPO),
+    ("clip-bounds-swapped", "grpo.py", "token_loss",
+     "ratio.clamp(1 - clip_low, 1 + clip_high)", "ratio.clamp(1 - clip_high, 1 + clip_low)", GRPO),
+    ("clip-takes-min", "grpo.py", "token_loss",
+     "torch.maximum(unclipped, clipped_obj)", "torch.minimum(unclipped, clipped_obj)", GRPO),
+    ("clip-flag-wherever-objectives-differ", "grpo.py", "token_loss",
+     "clipped = clipped_obj > unclipped", "clipped = clipped_obj != unclipped", GRPO),
+    ("dual-clip-never-off", "grpo.py", "token_loss", "if dual_clip:", "if True:", GRPO),
+    ("dual-clip-on-positive-advantages", "grpo.py", "token_loss",
+     "capped = (advantages < 0) & (loss > cap)", "capped = loss > cap", GRPO),
+    ("kl-sign", "grpo.py", "token_loss", "loss = loss + kl_coef * kl", "loss = loss - kl_coef * kl", GRPO),
+    ("kl-reversed-direction", "grpo.py", "token_loss",
+     "d = (ref_logprobs - logprobs)", "d = (logprobs - ref_logprobs)", GRPO),
+    # train.py: what goes into each optimizer step
+    ("reward-inverted-in-advantages", "train.py", "train_step",
+     "[r.reward for r in rows]", "[1.0 - r.reward for r in rows]", TRAIN),
+    ("adv-mean-only-flag-inverted", "train.py", "train_step",
+     "scale=not args.adv_mean_only", "scale=args.adv_mean_only", TRAIN),
+    ("groups-pooled-across-problems", "train.py", "train_step",
+     "keys.append((ep.problem_id, turn.instance))", "keys.append(turn.instance)", TRAIN),
+    ("ip-steps-on-other-roles-rows", "train.py", "update_groups",
+     "rows[i].role == role and k in (-1, slots[i])", "k in (-1, slots[i])", TRAIN),
+    ("per-instance-steps-merged", "train.py", "update_groups",
+     "slots[i] if per_instance(rows[i].role) else -1", "-1", TRAIN),
+    ("old-logprobs-never-recomputed", "train.py", "train_step",
+     "mb if steps_of[adapter] > 1 else []", "[]", TRAIN + TRAIN_OLD_LOGPROBS),
+    ("old-logprobs-from-sampler", "train.py", "optimizer_step",
+     "old = lp.detach()",
+     "old = torch.tensor([x for i in mb for x in rows[i].logprobs], dtype=lp.dtype, device=lp.device)", TRAIN),
+    ("weights-normalised-per-micro-batch", "train.py", "optimizer_step",
+     "loss = (per_token([weights[i] for i in mb]) * loss_t).sum()",
+     "loss = (per_token([weights[i] for i in mb]) * loss_t).sum() / sum(weights[i] * lengths[i] for i in mb)",
+     TRAIN),
+    ("lr-schedule-not-applied", "train.py", "run",
+     'g["lr"] = args.lr * lr_factor(step, args)', 'g["lr"] = args.lr', TRAIN + TRAIN_RESUME),
+    ("no-warmup", "train.py", "lr_factor", "return (step + 1) / args.warmup", "return 1.0", TRAIN),
+    # lora.py
+    ("lora-forward-unscaled", "lora.py", "LoRALinear.forward", " * self.scaling(name)", "", LORA),
+    ("merged-weights-not-restored", "lora.py", "merged",
+     "m.base.weight.data, m.active = data, name", "m.active = name", LORA),
+    ("set-adapter-leaves-others-trainable", "lora.py", "set_adapter",
+     "p.requires_grad_(False)", "p.requires_grad_(p.requires_grad)", LORA),
+    # sampler.py
+    ("top-k-drops-kth-token", "sampler.py", "pick", "scaled < kth", "scaled <= kth", SAMPLER),
+    ("logprobs-of-truncated-distribution", "sampler.py", "pick",
+     "return tokens, logprobs.gather(", "return tokens, torch.log_softmax(scaled, -1).gather(", SAMPLER),
+    ("sampling-ignores-temperature", "sampler.py", "pick", "scaled = logits / temperature", "scaled = logits",
+     SAMPLER),
+    ("samples-not-prompt-major", "sampler.py", "sample",
+     "rows = [p for p in prompts for _ in range(n)]", "rows = [p for _ in range(n) for p in prompts]", SAMPLER),
+    # workflows.py
+    ("evalopt-final-is-first-attempt", "workflows.py", "_evalopt",
+     "eps[i].final = t.text", "eps[i].final = eps[i].final or t.text", WORKFLOWS),
+    ("unparseable-verdict-approves", "workflows.py", "_evalopt",
+     'if verdict == "Correct":', 'if verdict != "Incorrect":', WORKFLOWS),
+    ("reward-only-on-last-turn", "workflows.py", "grade_episodes",
+     "for t in ep.turns:", "for t in ep.turns[-1:]:", WORKFLOWS),
+    ("voting-final-is-first-candidate", "workflows.py", "_voting",
+     "eps[i].final = candidates[i][choice - 1]", "eps[i].final = candidates[i][0]", WORKFLOWS),
+    ("voters-share-one-instance", "workflows.py", "_voting", 'f"generator{k}"', '"generator"', WORKFLOWS),
+    # rewards.py (concepts that outlive the rewrite in progress; patterns may need updating)
+    ("extract-code-first-block", "rewards.py", "extract_code", "or [None])[-1]", "or [None])[0]", REWARDS),
+    ("io-test-output-not-compared", "rewards.py", "code_check",
+     'lines(r.stdout) != lines(case["output"])', "False", REWARDS),
+    ("last-boxed-takes-first-box", "rewards.py", "last_boxed",
+     'text.rfind("\\\\boxed")', 'text.find("\\\\boxed")', REWARDS),
+    ("grade-sends-math-to-code-checker", "rewards.py", "grade",
+     'if p["task"] == "math":', 'if p["task"] == "code":', REWARDS),
+    # eval.py
+    ("eval-se-without-bessel", "eval.py", "evaluate", "np.std(right / n, ddof=1)", "np.std(right / n)", EVAL),
+    ("pass-at-k-biased", "eval.py", "pass_at_k",
+     "1.0 - math.comb(n - c, k) / math.comb(n, k)", "1.0 - (1 - c / n) ** k", EVAL),
+]
+
+
+class MutantError(Exception):
+    """A mutant that cannot be applied (its pattern no longer fits the code)."""
+
+
+def find_function(tree, qualname):
+    """The FunctionDef node named `qualname` ("f" or "Class.method"), searched through the whole file."""
+    def walk(node, prefix):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                name = prefix + child.name
+                if name == qualname and not isinstance(child, ast.ClassDef):
+                    yield child
+                yield from walk(child, name + ".")
+    found = list(walk(tree, ""))
+    return found[0] if len(found) == 1 else (None if not found else "many")
+
+
+def mutate(source, name, file, function, pattern, replacement):
+    """`source` with `pattern` replaced inside `function`; MutantError when it does not fit exactly once."""
+    node = find_function(ast.parse(source), function)
+    if node is None or node == "many":
+        raise MutantError(f"{name}: function {function} {'not found' if node is None else 'defined twice'} in {file}")
+    lines = source.splitlines(keepends=True)
+    start = sum(len(line) for line in lines[:node.lineno - 1])
+    end = sum(len(line) for line in lines[:node.end_lineno])
+    body = source[start:end]
+    count = body.count(pattern)
+    if count != 1:
+        raise MutantError(f"{name}: pattern {pattern!r} found {count} times in {file}:{function} (need exactly 1); "
+                          f"update it in tests/mutants.py")
+    mutated = source[:start] + body.replace(pattern, replacement) + source[end:]
+    try:
+        ast.parse(mutated)
+    except SyntaxError as e:
+        raise MutantError(f"{name}: the replacement makes {file} invalid Python ({e})") from None
+    return mutated
+
+
+def copy_repo(dest):
+    """The top-level *.py files and tests/ (no data, runs or caches): what the tests import and read."""
+    for f in os.listdir(ROOT):
+        if f.endswith(".py"):
+            shutil.copy2(os.path.join(ROOT, f), dest)
+    shutil.copytree(os.path.join(ROOT, "tests"), os.path.join(dest, "tests"),
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache"))
+
+
+def run_tests(dest, tests, timeout):
+    """(passed, first failing test or None, seconds). Bytecode caching is off: a mutated file may keep
+    its size and modification second, so a cached .pyc could silently stand in for it."""
+    # one thread: on a shared 2-core machine two-thread OpenMP runs slow down several-fold as soon as
+    # another process competes (test_train.py: 50 s with 2 threads vs 21 s with 1, measured under load)
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-rfE", "-p", "no:cacheprovider", *tests]
+    t0 = time.monotonic()
+    try:
+        p = subprocess.run(cmd, cwd=dest, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return False, f"timeout after {timeout} s", time.monotonic() - t0
+    seconds = time.monotonic() - t0
+    if p.returncode == 0:
+        return True, None, seconds
+    failed = re.search(r"^(?:FAILED|ERROR) (.+?)(?: - .*)?$", p.stdout, re.M)  # a node id may hold spaces
+    tail = (p.stdout.strip() + "\n" + p.stderr.strip()).strip().replace("\n", " | ")[-300:]
+    return False, failed.group(1) if failed else f"pytest exit {p.returncode}: {tail}", seconds
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--only", action="append", default=[], help="comma list of mutant names (repeatable)")
+    p.add_argument("--list", action="store_true", help="print the mutants and exit")
+    p.add_argument("--timeout", type=int, default=300, help="seconds per pytest run")
+    p.add_argument("--no-baseline", action="store_true", help="skip checking that the tests pass unmutated")
+    args = p.parse_args(argv)
+    names = [n for item in args.only for n in item.split(",") if n]
+    if unknown := [n for n in names if n not in {m[0] for m in MUTANTS}]:
+        p.error(f"unknown mutant(s) {unknown}; see --list")
+    chosen = [m for m in MUTANTS if not names or m[0] in names]
+    sources = {}
+    if args.list:  # also checks that every pattern still fits its function
+        for name, file, function, pattern, replacement, tests in chosen:
+            if file not in sources:
+                with open(os.path.join(ROOT, file)) as f:
+                    sources[file] = f.read()
+            try:
+                mutate(sources[file], name, file, function, pattern, replacement)
+                fits = ""
+            except MutantError as e:
+                fits = f"\n    ERROR {e}"
+            print(f"{name:<38} {file}:{function}\n    {pattern!r} -> {replacement!r}\n    tests: {' '.join(tests)}{fits}")
+        return 0
+    if not args.no_baseline:
+        tests = list(dict.fromkeys(t for m in chosen for t in m[5]))
+        with tempfile.TemporaryDirectory(prefix="mutants-") as tmp:
+            copy_repo(tmp)
+            ok, failed, seconds = run_tests(tmp, tests, args.timeout * 2)
+        if not ok:
+            print(f"baseline: the tests fail WITHOUT any mutation ({failed}); fix that first")
+            return 2
+        print(f"baseline: {len(tests)} test files/ids pass unmutated ({seconds:.0f} s)", flush=True)
+    killed, t_start = 0, time.monotonic()
+    for k, (name, file, function, pattern, replacement, tests) in enumerate(chosen, 1):
+        head = f"[{k:>2}/{len(chosen)}] {name:<38}"
+        if file not in sources:
+            with open(os.path.join(ROOT, file)) as f:
+                sources[file] = f.read()
+        try:
+            mutated = mutate(sources[file], name, file, function, pattern, replacement)
+        except MutantError as e:
+            print(f"{head} ERROR {e}", flush=True)
+            continue
+        with tempfile.TemporaryDirectory(prefix="mutants-") as tmp:
+            copy_repo(tmp)
+            with open(os.path.join(tmp, file), "w") as f:
+                f.write(mutated)
+            ok, failed, seconds = run_tests(tmp, tests, args.timeout)
+        if ok:
+            print(f"{head} SURVIVED ({file}:{function}; {seconds:.0f} s)", flush=True)
+        else:
+            killed += 1
+            print(f"{head} killed by {failed} ({seconds:.0f} s)", flush=True)
+    print(f"({time.monotonic() - t_start:.0f} s for the mutants)")
+    print(f"killed {killed} of {len(chosen)} mutants")
+    return 0 if killed == len(chosen) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
