@@ -7,7 +7,7 @@ the tests notice. A test suite that passes with the algorithm broken is not test
 
 Run by hand, not in CI (it is not a test module: pytest does not collect it). Each mutant is one
 row of MUTANTS: (name, file, function, pattern, replacement, tests). `function` is a function or
-method name ("LoRALinear.scaling"); `pattern` must occur exactly once in that function's source
+method name ("LoRALinear.scaling") or a module-level variable holding code ("_HARNESS"); `pattern` must occur exactly once in that function's source
 (found through ast, so unrelated code may move freely) and is replaced by `replacement`. When a
 refactor changes the line, the mutant reports an ERROR naming itself; update its pattern here.
 Every mutant gets a fresh copy of the *.py files and tests/ (never the working tree), then
@@ -54,6 +54,10 @@ SAMPLER = ids("test_sampler.py",  # not the torch.compile test: 10-20 s and no m
 REWARDS = ids("test_rewards.py",  # not the real-data and adversarial-sandbox tests
               "test_math_equivalence_table", "test_extract_code", "test_code_pass_fail_and_statuses", "test_io_tests",
               "test_grade_batch_mixed_and_order")
+REWARDS_GAMED = ids("test_rewards.py", "test_math_issue_false_positives", "test_math_issue_false_negatives",
+                    "test_math_pathological_inputs_are_fast")
+REWARDS_SANDBOX = ids("test_rewards.py", "test_adversary_always_equal_objects", "test_adversary_shadows_builtins_the_tests_call",
+                      "test_malformed_problems_fail_closed", "test_strict_comparisons_keep_legitimate_answers")
 
 # (name, file, function, pattern -> replacement, tests). The first eight are the bugs of issue 19
 # that the suite used to pass.
@@ -61,7 +65,7 @@ MUTANTS = [
     ("update-uses-minus-advantage", "train.py", "optimizer_step",
      "per_token([adv[i] for i in mb])", "per_token([-adv[i] for i in mb])", TRAIN),
     ("logprobs-ignore-temperature", "grpo.py", "_chunk_logprobs",
-     "logits = head(hidden).float() / temperature", "logits = head(hidden).float()", GRPO),
+     "torch.log_softmax(head(hidden) / temperature, -1)", "torch.log_softmax(head(hidden), -1)", GRPO),
     ("lora-scale-sqrt-rank", "lora.py", "LoRALinear.scaling",
      'self.adapters[name]["alpha"] / self.adapters[name]["rank"]',
      'self.adapters[name]["alpha"] / math.sqrt(self.adapters[name]["rank"])', LORA),
@@ -109,7 +113,7 @@ MUTANTS = [
     ("per-instance-steps-merged", "train.py", "update_groups",
      "slots[i] if per_instance(rows[i].role) else -1", "-1", TRAIN),
     ("old-logprobs-never-recomputed", "train.py", "train_step",
-     "mb if steps_of[adapter] > 1 else []", "[]", TRAIN + TRAIN_OLD_LOGPROBS),
+     "[i for i in mb if i in later]", "[]", TRAIN + TRAIN_OLD_LOGPROBS),
     ("old-logprobs-from-sampler", "train.py", "optimizer_step",
      "old = lp.detach()",
      "old = torch.tensor([x for i in mb for x in rows[i].logprobs], dtype=lp.dtype, device=lp.device)", TRAIN),
@@ -119,7 +123,7 @@ MUTANTS = [
      TRAIN),
     ("lr-schedule-not-applied", "train.py", "run",
      'g["lr"] = args.lr * lr_factor(step, args)', 'g["lr"] = args.lr', TRAIN + TRAIN_RESUME),
-    ("no-warmup", "train.py", "lr_factor", "return (step + 1) / args.warmup", "return 1.0", TRAIN),
+    ("no-warmup", "train.py", "lr_factor", "return (step + 1) / warmup", "return 1.0", TRAIN),
     # lora.py
     ("lora-forward-unscaled", "lora.py", "LoRALinear.forward", " * self.scaling(name)", "", LORA),
     ("merged-weights-not-restored", "lora.py", "merged",
@@ -152,6 +156,24 @@ MUTANTS = [
      'text.rfind("\\\\boxed")', 'text.find("\\\\boxed")', REWARDS),
     ("grade-sends-math-to-code-checker", "rewards.py", "grade",
      'if p["task"] == "math":', 'if p["task"] == "code":', REWARDS),
+    # rewards.py, issue 14: the holes a policy used (or could use) to score 1 without solving
+    ("infinity-equals-anything", "rewards.py", "_SYMPY_WORKER", "return x == y", "return True", REWARDS_GAMED),
+    ("tolerance-with-absolute-floor", "rewards.py", "_SYMPY_WORKER",
+     "max(abs(va), abs(vb))", "max(abs(va), abs(vb), 1)", REWARDS_GAMED),
+    ("rational-difference-within-tolerance", "rewards.py", "_SYMPY_WORKER",
+     "if d == 0 or d.is_Rational:", "if d == 0:", REWARDS_GAMED),
+    ("juxtaposed-numbers-multiply", "rewards.py", "_to_sympy", r"|[\d.]\s+[\d.]|\)\s*[\d.]", "", REWARDS_GAMED),
+    ("no-answer-length-cap", "rewards.py", "math_check",
+     "if len(pred) > MAX_ANSWER_CHARS or len(gold) > MAX_ANSWER_CHARS:", "if False:", REWARDS_GAMED),
+    ("tests-trust-the-programs-objects", "rewards.py", "_HARNESS", "if plain(a) != plain(b):", "if False:", REWARDS_SANDBOX),
+    ("program-shadows-builtins-in-tests", "rewards.py", "_HARNESS",
+     "ns = {k: v for k, v in g.items() if k not in tb or k == ep}", "ns = dict(g)", REWARDS_SANDBOX),
+    ("program-redefines-setup-helpers", "rewards.py", "_HARNESS",
+     "ns.update({k: v for k, v in setup_ns.items() if k != ep}, ", "ns.update(", REWARDS_SANDBOX),
+    ("check-without-entry-point-accepted", "rewards.py", "bad_problem",
+     "_CHECK.search(tests) and not", "False and not", REWARDS_SANDBOX),
+    ("empty-io-output-accepted", "rewards.py", "bad_problem",
+     'any(not str(case.get("output", "")).strip() for case in io_tests)', "False", REWARDS_SANDBOX),
     # eval.py
     ("eval-se-without-bessel", "eval.py", "evaluate", "np.std(right / n, ddof=1)", "np.std(right / n)", EVAL),
     ("pass-at-k-biased", "eval.py", "pass_at_k",
@@ -164,8 +186,12 @@ class MutantError(Exception):
 
 
 def find_function(tree, qualname):
-    """The FunctionDef node named `qualname` ("f" or "Class.method"), searched through the whole file."""
+    """The FunctionDef node named `qualname` ("f" or "Class.method"), searched through the whole file, or the
+    module-level assignment of that name (code kept in a string: rewards.py's sandbox harness, sympy helper)."""
     def walk(node, prefix):
+        if node is tree:
+            yield from (n for n in node.body if isinstance(n, ast.Assign) and
+                        [getattr(t, "id", None) for t in n.targets] == [qualname])
         for child in ast.iter_child_nodes(node):
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 name = prefix + child.name
