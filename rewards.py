@@ -36,7 +36,7 @@ NOT protected against (run large-scale untrusted code in a container or VM):
   signal.pidfd_send_signal are not audited); as root, `nobody` can still read world-readable files and signal
   other `nobody` processes.
 - Network is refused only by the audit hook (no namespace); disk use is bounded per file only.
-Needs Linux >= 5.3 (pidfd); without sympy only numeric and string equivalence is used.
+Needs Linux >= 5.3 (pidfd) and sympy (a dependency of torch).
 Tests: python -m pytest -q tests/test_rewards.py; throughput: python bench/rewards.py.
 """
 import ast
@@ -239,11 +239,8 @@ def _number(t: str) -> Fraction | None:
 
 _SYMPY_WORKER = r"""
 import sys, json, string, functools
-try:
-    import sympy
-    from sympy.parsing.sympy_parser import parse_expr, standard_transformations, implicit_multiplication_application
-except Exception:
-    print("nosympy", flush=True); sys.exit()
+import sympy  # a dependency of torch, so always there
+from sympy.parsing.sympy_parser import parse_expr, standard_transformations, implicit_multiplication_application
 T = standard_transformations + (implicit_multiplication_application,)
 L = {c: sympy.Symbol(c) for c in string.ascii_letters}  # plain symbols: no E, I, N, S, O, Q surprises
 print("ready", flush=True)
@@ -280,7 +277,7 @@ class _Sympy:
     thread, unlike signal.alarm), and the next call starts a new one."""
 
     def __init__(self):
-        self.proc, self.lock, self.missing = None, threading.Lock(), False
+        self.proc, self.lock = None, threading.Lock()
 
     def _readline(self, timeout: float) -> str:
         poll = select.poll()  # not select(): the caller may hold fds numbered past 1024
@@ -294,14 +291,12 @@ class _Sympy:
 
     def equal(self, a: str, b: str) -> bool:
         with self.lock:
-            if self.missing:
-                return False
             if self.proc is None or self.proc.poll() is not None:
                 self.proc = subprocess.Popen([sys.executable, "-c", _SYMPY_WORKER], stdin=subprocess.PIPE,
                                              stdout=subprocess.PIPE, text=True)
                 if self._readline(60.0) != "ready":  # sympy imports in about a second
-                    self.missing, self.proc = True, None
-                    return False
+                    self.proc = None
+                    raise _Undecided("the sympy helper did not start")
             try:
                 self.proc.stdin.write(json.dumps([a, b]) + "\n")
                 self.proc.stdin.flush()
@@ -373,13 +368,10 @@ def math_reward(completion: str, answer: str) -> float:
 def final_answer(completion: str, task: str) -> str | None:
     """What a completion answers, as a key for counting equal answers (the reward-hacking monitor): math the
     normalised boxed answer without spaces, code the extracted program stripped; None when it has none."""
-    if task == "code":
-        code = extract_code(completion)
-        return code.strip() if code else None
-    pred = last_boxed(completion)
-    if not pred or not pred.strip():
-        return None
-    return (_normalize(pred)[0] if len(pred) <= MAX_ANSWER_CHARS else pred[:MAX_ANSWER_CHARS]).replace(" ", "")
+    text = extract_code(completion) if task == "code" else last_boxed(completion)
+    if not text or not text.strip() or task == "code":
+        return text.strip() if text else None
+    return (_normalize(text)[0] if len(text) <= MAX_ANSWER_CHARS else text[:MAX_ANSWER_CHARS]).replace(" ", "")
 
 
 def degenerate(completion: str, task: str) -> bool:
