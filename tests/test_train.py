@@ -123,6 +123,9 @@ def test_old_logprobs_are_recomputed_only_for_several_steps(tmp_path, mode, monk
     the policy from before the first (recomputed old log-probs, ratio != 1 after an update). An
     adapter's only step (merged voters, the aggregator) uses its own log-probs: ratio exactly 1."""
     monkeypatch.setattr(workflows.rewards, "grade", fake_grade)
+    # advantages +-1 on every row, so the first voter step surely moves the policy (the fake rewards of 2 x 2
+    # rollouts can be equal within every group, and then nothing would change whatever the code did)
+    monkeypatch.setattr(train.grpo, "group_advantages", lambda keys, *a, **k: ([(-1.0) ** i for i in range(len(keys))], 0))
     gaps, real = [], train.grpo.token_loss
     monkeypatch.setattr(train.grpo, "token_loss", lambda lp, old, *a, **k: (
         gaps.append(float((lp.detach() - old).abs().max())), real(lp, old, *a, **k))[1])
