@@ -177,7 +177,7 @@ def _math_problem(r: random.Random) -> tuple[str, int]:
     """One word problem with 2-4 arithmetic steps and a non-negative integer answer."""
     n, it = r.choice(_NAMES), r.choice(_ITEMS)
     a, b, c, d = (r.randint(2, 12) for _ in range(4))
-    k = r.randrange(8)
+    k = r.randrange(12)
     if k == 0:
         d = r.randint(1, a + b * c)
         return f"{n} has {a} {it}. {n} buys {b} packs with {c} {it} in each, then gives away {d}. How many {it} does {n} have now?", a + b * c - d
@@ -197,8 +197,19 @@ def _math_problem(r: random.Random) -> tuple[str, int]:
         return f"A train travels at {a} km per hour for {b} hours and then at {c} km per hour for {d} hours. How many kilometres does it travel?", a * b + c * d
     if k == 6:
         return f"{n} has {a * b} {it} and shares them equally among {b} friends. Each friend then finds {c} more. How many {it} does each friend have?", a + c
-    c = r.randint(2, 4)
-    return f"{n} is {a} years old. {n}'s sister is {b} years older, and their grandmother is {c} times as old as the sister. How old is the grandmother?", (a + b) * c
+    if k == 7:
+        c = r.randint(2, 4)
+        return f"{n} is {a} years old. {n}'s sister is {b} years older, and their grandmother is {c} times as old as the sister. How old is the grandmother?", (a + b) * c
+    if k == 8:
+        a = b * c + r.randint(0, 50)
+        return f"A tank holds {a} litres of water. It leaks {b} litres every hour for {c} hours, and then {d} litres are added. How many litres are in the tank?", a - b * c + d
+    if k == 9:
+        a *= 4
+        return f"{n} saves ${a} every week for {b} weeks, spends a quarter of the savings, and then earns ${c} more. How many dollars does {n} have?", a * b * 3 // 4 + c
+    if k == 10:
+        return f"A farm has {a} pens with {b} hens in each. Every hen lays {c} eggs a week. How many eggs are laid in {d} weeks?", a * b * c * d
+    bill = (a * b + c * d) // 50 * 50 + 50
+    return f"{n} buys {a} notebooks at ${b} each and {c} pens at ${d} each, and pays with ${bill}. How many dollars of change does {n} get?", bill - a * b - c * d
 
 
 _ints = lambda r: [r.randint(-20, 40) for _ in range(r.randint(0, 8))]
@@ -220,11 +231,18 @@ _CODE = [
     ("repeat_chars", "s", "the string `s` with every character repeated {k} times", "return ''.join(ch * {k} for ch in s)", _K(2, 30), _word),
     ("caesar", "s", "`s` with every lowercase letter shifted forward {k} places in the alphabet (z wraps to a) and other characters unchanged", "return ''.join(chr((ord(ch) - 97 + {k}) % 26 + 97) if 'a' <= ch <= 'z' else ch for ch in s)", _K(1, 25), _sentence),
     ("chunks", "xs", "`xs` split into consecutive chunks of length {k} (the last may be shorter), as a list of lists", "return [xs[i:i + {k}] for i in range(0, len(xs), {k})]", _K(1, 30), _ints),
+    ("every_kth", "xs", "every {k}-th element of `xs`, starting with the first", "return xs[::{k}]", _K(2, 30), _ints),
     ("long_words", "s", "the number of words in `s` (split on spaces) with more than {k} letters", "return sum(1 for w in s.split() if len(w) > {k})", _K(1, 30), _sentence),
     ("digit_power_sum", "n", "the sum of the decimal digits of the non-negative integer `n`, each raised to the power {k}", "return sum(int(d) ** {k} for d in str(n))", _K(1, 30), _nat),
     ("first_above", "xs", "the index of the first element of `xs` greater than {k}, or -1 if there is none", "return next((i for i, x in enumerate(xs) if x > {k}), -1)", _K(-10, 30), _ints),
+    ("pad_left", "s", "`s` padded on the left with '*' to length {k} (unchanged if it is already that long)", "return s.rjust({k}, '*')", _K(2, 30), _word),
     ("count_letter", "s", "how many times the letter '{c}' occurs in `s`", "return s.count('{c}')", _C, _sentence),
+    ("remove_letter", "s", "`s` with every occurrence of the letter '{c}' removed", "return s.replace('{c}', '')", _C, _sentence),
+    ("scale_evens", "xs", "a new list where the even elements of `xs` are multiplied by {k} and the odd ones are unchanged", "return [x * {k} if x % 2 == 0 else x for x in xs]", _K(2, 30), _ints),
     ("power_sum", "n", "1**{k} + 2**{k} + ... + n**{k} for a non-negative integer `n` (0 when n is 0)", "return sum(i ** {k} for i in range(1, n + 1))", _K(1, 6), _nat),
+    ("mod_counts", "xs", "a list of length {k} whose i-th element counts the elements x of `xs` with x % {k} == i", "return [sum(1 for x in xs if x % {k} == i) for i in range({k})]", _K(2, 30), _ints),
+    ("to_base", "n", "the digits of the non-negative integer `n` in base {k}, most significant first, as a list of ints ([0] for 0)",
+     "digits = []\n    while n:\n        digits.append(n % {k})\n        n //= {k}\n    return digits[::-1] or [0]", _K(2, 30), _nat),
     ("running_total", "xs", "the running sums of `xs`, each plus {k}", "out, t = [], 0\n    for x in xs:\n        t += x\n        out.append(t + {k})\n    return out", _K(1, 60), _ints),
     ("max_window_sum", "xs", "the largest sum of {k} consecutive elements of `xs`, or None if `xs` has fewer than {k} elements", "return max((sum(xs[i:i + {k}]) for i in range(len(xs) - {k} + 1)), default=None)", _K(1, 5), _ints),
 ]

@@ -12,11 +12,11 @@ CPU limit or batch budget) | no_code | bad_problem (no tests, tests that assert 
 no entry point, an io test expecting no output) | error (the sandbox failed). grade() scores a batch in parallel under
 a total time budget. Everything fails closed (scores 0).
 
-Sandbox, per run: `python -S` in its own session, temp dir and scrubbed environment. It forks: the parent keeps the
-caller's identity and only enforces the wall clock; the child dies with it (PR_SET_PDEATHSIG), drops to `nobody`
-when the caller is root, sets rlimits (CPU, memory, file size, NPROC 1, no core, 64 fds), installs an audit hook
-refusing kill, process creation, ctypes, sockets, tracing, other audit hooks, frame/gc introspection, reading /proc
-and writing outside its dir. Guaranteed, each by an adversarial test:
+Sandbox, per run: `python -S` in its own session, temp dir and scrubbed environment, killed with its process group
+at the time limit. It forks: the parent keeps the caller's identity and waits; the child dies with it
+(PR_SET_PDEATHSIG), drops to `nobody` when the caller is root, sets rlimits (CPU, memory, file size, NPROC 1, no
+core, 64 fds), installs an audit hook refusing kill, process creation, ctypes, sockets, tracing, other audit hooks,
+frame/gc introspection, reading /proc and writing outside its dir. Guaranteed, each by an adversarial test:
 - The pass signal is out of the program's reach: a pass needs exit 0 *and* a random nonce written to a private pipe
   after every test ran, and the nonce is only a local of the thread that runs setup, program and tests. That thread
   is not the main one, so Python refuses it signal handlers (whose frame argument led back to the harness); frames
@@ -400,7 +400,7 @@ def extract_code(completion: str) -> str | None:
 @dataclass
 class ExecResult:
     status: str              # pass | fail | timeout | error
-    returncode: int | None   # of the intermediate: the program's exit code, 128+signal, or 124 on its timeout
+    returncode: int | None   # of the intermediate: the program's exit code or 128+signal (-9: killed at the limit)
     stdout: str              # at most OUTPUT_MB (scripts; a test run exits without flushing it)
     stderr: str              # the last 2000 characters, for debugging
     seconds: float
@@ -419,15 +419,10 @@ def main():
     os.remove(job_path)                                   # holds the nonce and the tests
     sys.path[:] = [p for p in sys.path if p] + job["path"]  # not the cwd: the program could plant math.py there
     parent, child = os.getpid(), os.fork()
-    if child:   # the intermediate; signal.alarm is fine here: this process is ours, single-threaded and brief
+    if child:   # the intermediate: a single-threaded parent the child dies with; the caller keeps the clock
         os.close(result_fd)
-        expired = []
-        signal.signal(signal.SIGALRM, lambda *_: (expired.append(1), os.kill(child, signal.SIGKILL)))
-        signal.setitimer(signal.ITIMER_REAL, job["timeout"])
-        os.waitid(os.P_PID, child, os.WEXITED | os.WNOWAIT)  # not reaped yet, so a late alarm cannot hit a reused pid
-        signal.setitimer(signal.ITIMER_REAL, 0)
         code = os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
-        os._exit(124 if expired else code if code >= 0 else 128 - code)
+        os._exit(code if code >= 0 else 128 - code)
     libc = ctypes.CDLL(None)
     if os.geteuid() == 0:
         # nobody may not be able to enter the directories above Python's (e.g. /root is 0700): reach the import
@@ -615,9 +610,9 @@ def run_python(code: str, tests: str = "", *, setup: str = "", entry_point: str 
         os.close(wfd)
         wfd = -1
         pidfd, poll = os.pidfd_open(proc.pid), select.poll()
-        try:  # the intermediate enforces `timeout`; this wait is the backstop if it cannot
+        try:  # the wall clock; the process group is killed below either way
             poll.register(pidfd, select.POLLIN)
-            exited = bool(poll.poll((timeout + 2.0) * 1000))
+            exited = bool(poll.poll(timeout * 1000))
         finally:
             os.close(pidfd)
         with contextlib.suppress(ProcessLookupError):  # before reaping the leader, so the group id cannot be reused
@@ -645,7 +640,7 @@ def run_python(code: str, tests: str = "", *, setup: str = "", entry_point: str 
         for f in files:
             f.close()
         _rmtree(work)
-    if not exited or rc in (124, 128 + signal.SIGXCPU):
+    if not exited or rc == 128 + signal.SIGXCPU:
         status = "timeout"
     elif rc == 0 and (stdin is not None or proof == nonce.encode()):
         status = "pass"
