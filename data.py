@@ -150,10 +150,9 @@ def load_problems(path: str, task: str | None = None, limit: int | None = None) 
             fmt, prob = _parse_row(row)
             if prob["task"] == "math" and not prob["answer"]:
                 raise ValueError("empty gold answer")
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}:{where}: invalid JSON ({e.msg})") from None
-        except (ValueError, TypeError, AttributeError) as e:
-            raise ValueError(f"{path}:{where}: {e}") from None
+        except (ValueError, TypeError, AttributeError) as e:  # JSONDecodeError is a ValueError
+            raise ValueError(f"{path}:{where}: " + (f"invalid JSON ({e.msg})" if isinstance(e, json.JSONDecodeError)
+                                                    else str(e))) from None
         if task is not None and prob["task"] != task:
             raise ValueError(f"{path}:{where}: this {fmt} row is a {prob['task']} problem, but task={task!r} was asked for")
         rid = next((row[k] for k in ("id", "task_id", "problem_id", "unique_id") if k in row), None)

@@ -127,9 +127,8 @@ def diagnostics(workflow, episodes, task="math"):
         out["evaluator"] = {**c, "verdict_accuracy": (c["approved_right"] + c["rejected_wrong"]) / total if total
                             else None, "retried_wrong": len(after_wrong), "retry_fixed": sum(after_wrong),
                             "retry_fixed_rate": mean(after_wrong), "retried_right": len(after_right),
-                            "retry_broke": len(after_right) - sum(after_right),
-                            "first_attempt_accuracy": mean([att[0] for att in answers if att]),
-                            "mean_rounds": mean([len(att) for att in answers])}
+                            "retry_broke": len(after_right) - sum(after_right), "mean_rounds": mean([len(a) for a in answers]),
+                            "first_attempt_accuracy": mean([att[0] for att in answers if att])}
     elif workflow == "voting":
         picks = [ep.facts["choice_parse"] for ep in episodes if "choice_parse" in ep.facts]
         out["aggregator"] = {"had_right_candidate": len(some), "picked_right": sum(some), "pick_accuracy": mean(some),

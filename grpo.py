@@ -33,9 +33,7 @@ def group_advantages(keys, rewards, eps=1e-6, scale=True):
         groups[k].append(i)
     advantages = [0.0] * len(keys)
     singletons = sum(len(rows) == 1 for rows in groups.values())
-    for rows in groups.values():
-        if len(rows) == 1:
-            continue
+    for rows in groups.values():  # a group of one: a = 0 below, so no baseline-free reward slips through
         r = torch.tensor([float(rewards[i]) for i in rows], dtype=torch.float64)
         a = r - r.mean()  # exactly 0 when all rewards are equal
         if scale and a.abs().max() > 0:

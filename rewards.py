@@ -188,8 +188,7 @@ def _latex_to_sympy(s: str) -> str:
                 j = s.index("]", i)
                 n, i = _latex_to_sympy(s[i + 1:j]), j + 1
             a, i = _arg(s, i)
-            a = _latex_to_sympy(a)
-            out.append(f"sqrt({a})" if n is None else f"(({a})**(1/({n})))")
+            out.append(f"sqrt({_latex_to_sympy(a)})" if n is None else f"(({_latex_to_sympy(a)})**(1/({n})))")
         elif s[i] == "\\":
             m = re.match(r"\\([a-zA-Z]+)", s[i:])
             if not m or m.group(1) not in _NAMES:
@@ -276,8 +275,7 @@ class _Sympy:
     """A long-lived helper process for sympy: a comparison past the time limit kills it (a limit that works in any
     thread, unlike signal.alarm), and the next call starts a new one."""
 
-    def __init__(self):
-        self.proc, self.lock = None, threading.Lock()
+    proc, lock = None, threading.Lock()  # one helper per process (_SYMPY below)
 
     def _readline(self, timeout: float) -> str:
         poll = select.poll()  # not select(): the caller may hold fds numbered past 1024
@@ -518,8 +516,7 @@ def main():
             self.generic_visit(node)
             return call("_sbx_bin", fn("xy", ast.BinOp(x, node.op, y)), node.left, node.right)
     nonce, ep, check = job.pop("nonce").encode(), job["entry_point"], job["check"]
-    saved, bdict = dict(builtins.__dict__), builtins.__dict__
-    clear, update = bdict.clear, bdict.update
+    saved, clear, update = dict(builtins.__dict__), builtins.__dict__.clear, builtins.__dict__.update
     def fail(e):
         write(2, ("harness: %r" % (e,))[:2000].encode("utf-8", "replace"))
         exit_(1)
@@ -681,10 +678,8 @@ def code_check(completion: str, problem: dict, deadline: float | None = None) ->
     lines = lambda s: [ln.rstrip() for ln in s.rstrip().splitlines()]  # trailing whitespace is ignored
     for case in io_tests:
         r = run_python(code, stdin=case["input"], timeout=limit())
-        if r.status != "pass":
-            return 0.0, r.status
-        if lines(r.stdout) != lines(case["output"]):
-            return 0.0, "fail"
+        if r.status != "pass" or lines(r.stdout) != lines(case["output"]):
+            return 0.0, "fail" if r.status == "pass" else r.status
     return 1.0, "pass"
 
 

@@ -227,12 +227,9 @@ def _stage(policy, role, episodes, jobs):
 
 
 def _history(attempts, reviews):
-    parts = []
-    for k, a in enumerate(attempts, 1):
-        parts.append(ATTEMPT.format(k=k, text=a))
-        if k <= len(reviews):
-            parts.append(REVIEW.format(k=k, text=reviews[k - 1]))
-    return "\n\n".join(parts)
+    """Attempt 1, Review of attempt 1, Attempt 2, ...: what the evaluator and a retry see."""
+    return "\n\n".join(part for k, a in enumerate(attempts, 1)
+                       for part in [ATTEMPT.format(k=k, text=a)] + [REVIEW.format(k=k, text=r) for r in reviews[k - 1:k]])
 
 
 # ----------------------------------------------------------------------------- workflows
