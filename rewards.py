@@ -5,7 +5,7 @@ percent, ...), exactly as numbers, else as values by sympy in a timed helper pro
 lists. Status correct | wrong | no_answer (no or empty box) | error (sympy timeout, over 1000 characters, empty gold).
 Guaranteed (tests/test_rewards.py): an infinity equals only the same infinity; NaN, complex infinity and overflowing
 values equal nothing; finite values agree exactly (rationals) or to a relative 1e-9 at 50 digits (no absolute floor,
-so 10^{-400} is not 0); juxtaposed numbers ('9 9') are not a product; symbolic answers are compared at three exact
+so 10^{-400} is not 0); juxtaposed numbers ('9 9') are not a product; symbolic answers are compared at four exact
 points, never by unbounded simplification; normalisation is linear (whitespace collapsed first, long answers refused).
 code_check: the last fenced block (```python first) must pass every test. Status pass | fail | timeout (wall clock,
 CPU limit or batch budget) | no_code | bad_problem (no tests, tests that assert nothing or do not parse, check() with
@@ -13,25 +13,31 @@ no entry point, an io test expecting no output) | error (the sandbox failed). gr
 a total time budget. Everything fails closed (scores 0).
 
 Sandbox, per run: `python -S` in its own session, temp dir and scrubbed environment, killed with its process group
-at the time limit. It forks: the parent keeps the caller's identity and waits; the child dies with it
-(PR_SET_PDEATHSIG), drops to `nobody` when the caller is root, sets rlimits (CPU, memory, file size, NPROC 1, no
-core, 64 fds), installs an audit hook refusing kill, process creation, ctypes, sockets, tracing, other audit hooks,
-frame/gc introspection, reading /proc and writing outside its dir. Guaranteed, each by an adversarial test:
-- The pass signal is out of the program's reach: a pass needs exit 0 *and* a random nonce written to a private pipe
-  after every test ran, and the nonce is only a local of the thread that runs setup, program and tests. That thread
-  is not the main one, so Python refuses it signal handlers (whose frame argument led back to the harness); frames
-  are refused otherwise (sys._getframe, tracebacks' and generators' frames, tracing, sys.monitoring removed).
+at the time limit. It forks: the parent keeps the caller's identity and waits; the child drops to `nobody` when
+the caller is root, sets rlimits (CPU, memory, file size, NPROC 1, no core, 64 fds), installs an audit hook refusing
+kill, process creation, ctypes, sockets, tracing, other audit hooks, frame/gc introspection, reading /proc and
+writing outside its dir. Guaranteed, each by an adversarial test:
+- The pass signal is out of reach of the program's frames: a pass needs exit 0 *and* a random nonce written to a
+  private pipe after every test ran, and the nonce is only a local of the thread that runs setup, program and tests.
+  That thread is not the main one, so Python refuses it signal handlers (whose frame argument led back to the
+  harness); frames are refused otherwise (sys._getframe, tracebacks' and generators' frames, tracing,
+  sys.monitoring removed). The routes to the process's memory are refused too: ctypes is never loaded and cannot
+  be imported (nor _testcapi), /proc and directories outside the work dir cannot be opened (a relative path under
+  such a directory's fd escapes path checks), code objects cannot be built.
 - The tests do not trust the program's objects: their comparisons and arithmetic are rewritten (ast) to refuse a
-  value of trusted types (built-in and C types, containers of them, an unmodified Counter) meeting an object of a
-  class defined in Python, so an always-equal object or int subclass passes no `==`, `in` or `abs(x - y) < eps`.
+  trusted value (an allowlist of exact built-in types, containers of them, an unmodified Counter, numpy's types)
+  meeting anything else, so an always-equal object or int subclass passes no `==`, `in` or `abs(x - y) < eps`.
 - The tests run in their own namespace: the real builtins (a private copy; only the problem's entry point may be
   named like one), the setup's (the prompt's) helpers over the program's redefinitions of them.
 - The caller compares stdin/stdout tests itself and kills the process group; malformed problems never pass.
 
 NOT protected against (run large-scale untrusted code in a container or VM):
+- CPython memory-safety escapes (e.g. crafted bytecode in a .pyc the program writes and imports: marshal trusts
+  it) can still read the process's memory, nonce included: the tests run where the program runs. Deciding outside
+  the process would close that.
+- A program that leaves the process group (os.setsid is not audited) and sleeps outlives its run.
 - Wrong-but-passing answers the tests cannot see: special-casing the (often visible) tests, monkeypatching a module
-  the tests import (math.isclose), objects of C types that compare by their contents (e.g. a numpy object array
-  holding an always-equal object), comparisons between two program objects.
+  the tests import (math.fabs in HumanEval/32), comparisons between two untrusted objects (the program's own).
 - As non-root the program runs as you, behind only the audit hook, which can be evaded (os.pidfd_open +
   signal.pidfd_send_signal are not audited); as root, `nobody` can still read world-readable files and signal
   other `nobody` processes.
@@ -214,7 +220,8 @@ def _to_sympy(s: str) -> str | None:
     # juxtaposed numbers ("9 9", "(9)9") are not a product: refused, like other characters and unknown words
     if words or not re.fullmatch(r"[0-9a-zA-Z+\-*/().\s]*", t) or re.search(r"(?<!\d)\.(?!\d)|[\d.]\s+[\d.]|\)\s*[\d.]", t):
         return None
-    if "**" in t and (re.search(r"\*\*\s*(\(+[^)]*|[\w.]+\s*)\*\*", t) or re.search(r"\d{5,}", t)):  # towers, huge powers
+    if "**" in t and (re.search(r"\*\*\s*(\(+[^)]*|[\w.]+\s*)\*\*", t) or re.search(r"\d{5,}", t)  # towers, huge
+                      or len(re.findall(r"\*\*\W*\d{3}", t)) > 1):  # powers, powers of big powers
         raise _Undecided("exponent too large to evaluate safely")
     return t
 
@@ -249,17 +256,15 @@ def close(a, b):  # finite values within a relative 1e-9 at 50 digits (mpmath: n
     if d == 0 or d.is_Rational:  # exact: 2^1024 + 1 is not 2^1024
         return d == 0
     va, vb, vd = (sympy.N(v, 50) for v in (a, b, d))
-    if not all(v.is_number and v.is_finite for v in (va, vb, vd)):
-        return False
-    return bool(abs(vd) <= sympy.Float("1e-9", 50) * max(abs(va), abs(vb)))
+    return all(v.is_number and v.is_finite for v in (va, vb, vd)) and \
+        bool(abs(vd) <= sympy.Float("1e-9", 50) * max(abs(va), abs(vb)))
 def same(x, y):  # as values: an infinity equals only the same infinity, NaN and complex infinity equal nothing;
-    # with symbols, equal at three exact points (no simplify: its time is unbounded)
-    if any(v.has(sympy.nan, sympy.zoo) for v in (x, y)):
-        return False
-    if x.has(*INF) or y.has(*INF):
-        return x == y
+    # with symbols, equal at four exact points (no simplify: its time is unbounded)
+    if any(v.has(sympy.nan, sympy.zoo, *INF) for v in (x, y)):
+        return x == y and not x.has(sympy.nan, sympy.zoo)
     syms = sorted(x.free_symbols | y.free_symbols, key=str)
-    points = [{v: sympy.Rational(-137 + 211 * t + 53 * k, 100) for k, v in enumerate(syms)} for t in range(3 if syms else 1)]
+    points = [{v: sympy.Rational((-137 + 211 * t + 53 * k) * (k * t + 1), 100) for k, v in enumerate(syms)}
+              for t in range(4 if syms else 1)]  # variable k grows like t^(k+1): no two are affinely related
     return all(close(x.subs(p), y.subs(p)) for p in points)
 parse = functools.lru_cache(4096)(lambda s: parse_expr(s, local_dict=L, transformations=T))
 for line in sys.stdin:
@@ -337,7 +342,8 @@ def _drop_words(s: str, other: str) -> str:
     """'12 apples' or '9 (apples)' -> '12' / '9' when the other side is a plain number: a noun after the number
     is not part of the answer. Only then, so '5 x' still differs from gold '5x'."""
     m = re.fullmatch(r"([-+]?\d[\d.,/]*)\s+(?:[a-zA-Z][a-zA-Z .'-]*|\([a-zA-Z][a-zA-Z .'-]+\))", s)
-    return m.group(1) if m and re.fullmatch(r"[-+]?\d[\d.,/]*", other) else s
+    hedge = m and re.search(r"\b(or|and|to|than|more|less|least|most|about|around|approx\w*|between|plus|minus|not)\b", s)
+    return m.group(1) if m and not hedge and re.fullmatch(r"[-+]?\d[\d.,/]*", other) else s
 
 
 def math_check(completion: str, answer: str) -> tuple[float, str]:
@@ -410,18 +416,16 @@ class ExecResult:
 # would lead back to these frames); frames are otherwise refused by the audit hook.
 _HARNESS = r"""
 def main():
-    import _collections, _thread, ast, builtins, collections, ctypes, json, os, resource, signal, sys
+    import _collections, _thread, ast, builtins, collections, json, os, resource, sys  # never ctypes: see below
     job_path, result_fd = sys.argv[1], int(sys.argv[2])
     with open(job_path) as f:
         job = json.load(f)
     os.remove(job_path)                                   # holds the nonce and the tests
     sys.path[:] = [p for p in sys.path if p] + job["path"]  # not the cwd: the program could plant math.py there
-    parent, child = os.getpid(), os.fork()
-    if child:   # the intermediate: a single-threaded parent the child dies with; the caller keeps the clock
+    if child := os.fork():   # the intermediate: keeps the caller's identity and waits; the caller keeps the clock
         os.close(result_fd)
         code = os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
         os._exit(code if code >= 0 else 128 - code)
-    libc = ctypes.CDLL(None)
     if os.geteuid() == 0:
         # nobody may not be able to enter the directories above Python's (e.g. /root is 0700): reach the import
         # path through directory fds opened now; /proc/self/fd/N skips the permission checks of the parents
@@ -432,19 +436,19 @@ def main():
             if isinstance(getattr(m, "__path__", None), list):
                 m.__path__[:] = [via(p) for p in m.__path__]
         os.setgroups([]); os.setgid(job["gid"]); os.setuid(job["uid"])
-    libc.prctl(1, int(signal.SIGKILL))                       # PR_SET_PDEATHSIG; setuid clears it, so after
-    if os.getppid() != parent:
-        os._exit(1)
+    # No PR_SET_PDEATHSIG: it needs ctypes, and a _ctypes this process has loaded can be loaded again by file
+    # path with no audit event, giving the program pointers into its own memory (and the nonce). The caller kills
+    # the process group instead (a program could leave it with os.setsid, but not write the nonce).
     def limit():  # NPROC 1 refuses new threads and processes: called once the worker thread exists
         for res, lim in ((resource.RLIMIT_CPU, (job["cpu"], job["cpu"] + 1)), (resource.RLIMIT_AS, (job["mem"],) * 2),
                          (resource.RLIMIT_FSIZE, (job["fsize"],) * 2), (resource.RLIMIT_NPROC, (1, 1)),
                          (resource.RLIMIT_CORE, (0, 0)), (resource.RLIMIT_NOFILE, (64, 64))):
             resource.setrlimit(res, lim)
-    work, realpath, fsdecode, write, exit_, run = (os.path.realpath(".") + os.sep, os.path.realpath, os.fsdecode,
-                                                   os.write, os._exit, exec)
+    work, realpath, fsdecode, write, exit_, run, isdir = (os.path.realpath(".") + os.sep, os.path.realpath,
+                                                          os.fsdecode, os.write, os._exit, exec, os.path.isdir)
     deny = frozenset({"os.kill", "os.killpg", "os.fork", "os.forkpty", "os.exec", "os.posix_spawn", "os.spawn", "os.system",
             "subprocess.Popen", "resource.prlimit", "sys.settrace", "sys.setprofile", "sys._current_frames", "sys.addaudithook",
-            "sys._current_exceptions", "gc.get_objects", "gc.get_referrers", "gc.get_referents"})
+            "sys._current_exceptions", "gc.get_objects", "gc.get_referrers", "gc.get_referents", "code.__new__"})
     path_events = {"os.remove": 1, "os.rmdir": 1, "os.mkdir": 1, "os.chmod": 1, "os.chown": 1, "os.utime": 1,
                    "os.symlink": 1, "os.rename": 2, "os.link": 2, "os.truncate": 0, "shutil.rmtree": 1}
     wflags = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
@@ -452,7 +456,8 @@ def main():
         p = realpath(fsdecode(p))
         return (p + sep).startswith(work) or p == "/dev/null"
     def hook(event, args, isinstance=isinstance, any=any, str=str, int=int, paths=(str, bytes, os.PathLike)):
-        if event in deny or event.startswith(("ctypes.", "socket.")):
+        if event in deny or event.startswith(("ctypes.", "socket.")) or \
+                event == "import" and args[0].split(".")[0] in ("ctypes", "_ctypes", "_testcapi", "_testinternalcapi"):
             raise PermissionError("sandbox: " + event)
         if event == "sys._getframe":
             raise ValueError("sandbox: no frames")        # namedtuple, typing and enum tolerate ValueError here
@@ -460,7 +465,8 @@ def main():
             raise AttributeError("sandbox: no frames")
         if event == "open" and not isinstance(args[0], int):
             writes = (isinstance(args[1], str) and any(c in args[1] for c in "wax+")) or (args[2] or 0) & wflags
-            if realpath(fsdecode(args[0])).startswith("/proc/") or (writes and not inside(args[0])):
+            p = realpath(fsdecode(args[0]))  # no /proc, and no directory outside the work dir: a relative path
+            if (p + "/").startswith("/proc/") or (writes or isdir(p)) and not inside(p):  # under its fd escapes
                 raise PermissionError("sandbox: open " + str(args[0]))
         elif event in path_events:
             n = path_events[event]

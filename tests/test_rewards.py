@@ -107,6 +107,10 @@ GAMED = [  # (completion, gold): none of these is equal to its gold
     ("\\boxed{(9)9}", "81"), ("\\boxed{10^{-400}}", "0"), ("\\boxed{1e-400}", "0"), ("\\boxed{2^{1024}+1}", "2^{1024}"),
     ("\\boxed{-\\infty}", "\\infty"), ("\\boxed{1/0}", "\\infty"), ("\\boxed{0/0}", "0"), ("\\boxed{nan}", "0"),
     ("\\boxed{x+1}", "x+2"), ("\\boxed{\\sqrt{x^2}}", "x"),
+    # found by a red-team review: hedges were dropped like units; multi-variable answers were checked at points
+    # on one line (y - x constant); powers of big powers were slow
+    ("\\boxed{81 or more}", "81"), ("\\boxed{81 (or more)}", "81"), ("\\boxed{81 or eighty-two}", "81"),
+    ("\\boxed{0.53}", "b-a"), ("\\boxed{y-0.53}", "x"), ("\\boxed{2y-x}", "x+1.06"), ("\\boxed{(7^{9999})^{9999}}", "81"),
 ]
 FIXED = [  # (completion, gold): equal, and scored 0 before
     ("\\boxed{4210_5}", "4210_{5}"), ("\\boxed{\u22125}", "-5"), ("\\boxed{9}", "9 (apples)"), ("\\boxed{9 (apples)}", "9"),
@@ -408,6 +412,44 @@ def test_adversary_signal_handler_walks_frames_to_the_token():
     a local; installed through the signal module or a fresh copy of _signal, started by a timer, interrupt_main
     or raise_signal. The program now runs in a thread where Python refuses signal handlers."""
     run_adversary(FRAME_WALK, "assert f(1) == 1", timeout=5)
+
+
+NONCE_FROM_MEMORY = """
+import os, sys, struct, re, importlib, importlib.util, importlib.machinery
+ways = []
+spec = importlib.util.find_spec("_ctypes")  # by file path too, as the harness's own copy would be (no import event)
+by_path = lambda path: importlib.util.module_from_spec(importlib.util.spec_from_loader(
+    "_ctypes", importlib.machinery.ExtensionFileLoader("_ctypes", path)))
+for get in (lambda: importlib.import_module("ctypes"), lambda: importlib.import_module("_ctypes"),
+            lambda: by_path(spec.origin), lambda: by_path(os.path.realpath(spec.origin))):
+    try:
+        ways.append(get())
+    except Exception:
+        pass
+for path in ("/proc/self/maps", "/proc"):
+    try:
+        os.open(path, os.O_RDONLY)
+        ways.append(path)
+    except Exception:
+        pass
+try:
+    root = os.open("/", os.O_RDONLY)
+    ways.append(os.open("proc/self/maps", os.O_RDONLY, dir_fd=root))  # a relative path under an outside directory
+except Exception:
+    pass
+try:
+    ways.append((lambda: 1).__code__.replace(co_consts=(2,)))  # crafted code objects read memory
+except Exception:
+    pass
+"""
+
+
+def test_adversary_reads_its_memory_for_the_token():
+    """A red-team review read the pass token out of the sandbox's memory: /proc/self/maps through a directory fd
+    (the hook checked only paths under "/proc/" resolved against the cwd) and ctypes pointers (not audited). Now
+    ctypes is never loaded by the harness (a loaded _ctypes could be loaded again by file path with no audit event)
+    and cannot be imported, /proc and directories outside the work dir cannot be opened, code objects cannot be built."""
+    run_adversary(NONCE_FROM_MEMORY, "assert ways")
 
 
 def test_adversary_audit_hook_and_monitoring():
