@@ -439,16 +439,21 @@ def main():
     # No PR_SET_PDEATHSIG: it needs ctypes, and a _ctypes this process has loaded can be loaded again by file
     # path with no audit event, giving the program pointers into its own memory (and the nonce). The caller kills
     # the process group instead (a program could leave it with os.setsid, but not write the nonce).
-    def limit():  # NPROC 1 refuses new threads and processes: called once the worker thread exists
+    def lock_down():  # rlimits (NPROC 1 refuses new threads: called once the worker thread exists), the hook
         for res, lim in ((resource.RLIMIT_CPU, (job["cpu"], job["cpu"] + 1)), (resource.RLIMIT_AS, (job["mem"],) * 2),
                          (resource.RLIMIT_FSIZE, (job["fsize"],) * 2), (resource.RLIMIT_NPROC, (1, 1)),
                          (resource.RLIMIT_CORE, (0, 0)), (resource.RLIMIT_NOFILE, (64, 64))):
             resource.setrlimit(res, lim)
+        # imports compile from source from now on (no cache under this prefix), so marshal can be refused: crafted
+        # bytecode (a .pyc) reads memory; sys.monitoring's callbacks (3.12+) would see the tests' code objects
+        sys.pycache_prefix = work + "no-pycache"
+        sys.addaudithook(hook)
+        vars(sys).pop("monitoring", None)
     work, realpath, fsdecode, write, exit_, run, isdir = (os.path.realpath(".") + os.sep, os.path.realpath,
                                                           os.fsdecode, os.write, os._exit, exec, os.path.isdir)
-    deny = frozenset({"os.kill", "os.killpg", "os.fork", "os.forkpty", "os.exec", "os.posix_spawn", "os.spawn", "os.system",
-            "subprocess.Popen", "resource.prlimit", "sys.settrace", "sys.setprofile", "sys._current_frames", "sys.addaudithook",
-            "sys._current_exceptions", "gc.get_objects", "gc.get_referrers", "gc.get_referents", "code.__new__"})
+    deny = frozenset("os.kill os.killpg os.fork os.forkpty os.exec os.posix_spawn os.spawn os.system subprocess.Popen "
+                     "resource.prlimit sys.settrace sys.setprofile sys._current_frames sys._current_exceptions "
+                     "sys.addaudithook gc.get_objects gc.get_referrers gc.get_referents code.__new__ marshal.loads".split())
     path_events = {"os.remove": 1, "os.rmdir": 1, "os.mkdir": 1, "os.chmod": 1, "os.chown": 1, "os.utime": 1,
                    "os.symlink": 1, "os.rename": 2, "os.link": 2, "os.truncate": 0, "shutil.rmtree": 1}
     wflags = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
@@ -475,8 +480,7 @@ def main():
                 raise PermissionError("sandbox: " + event)
     if job["mode"] == "io":                               # a script: SystemExit ends it as usual
         code = compile(job["code"], "<solution>", "exec")
-        limit()
-        sys.addaudithook(hook)
+        lock_down()
         return run(code, {"__name__": "__main__", "__builtins__": builtins})
     # Strict comparisons for the tests: a comparison or arithmetic between a trusted value and anything else
     # raises, so an always-equal object (a plain class or an int subclass) cannot pass `assert f(x) == 7` or
@@ -523,12 +527,12 @@ def main():
             return call("_sbx_bin", fn("xy", ast.BinOp(x, node.op, y)), node.left, node.right)
     nonce, ep, check = job.pop("nonce").encode(), job["entry_point"], job["check"]
     saved, clear, update = dict(builtins.__dict__), builtins.__dict__.clear, builtins.__dict__.update
-    def fail(e):
-        write(2, ("harness: %r" % (e,))[:2000].encode("utf-8", "replace"))
-        exit_(1)
     def worker(nonce, go):
         go.acquire()
-        try:
+        try:  # compiled before any of it runs (a syntax error in the program fails here)
+            tree = ast.fix_missing_locations(Strict().visit(ast.parse(job["tests"])))
+            codes = [compile(src, "<%s>" % name, "exec", dont_inherit=True, optimize=0)
+                     for name, src in (("setup", job["setup"]), ("code", job["code"]), ("tests", tree))]
             setup_ns = {"__name__": "__main__", "__builtins__": builtins}
             run(codes[0], setup_ns)
             g = dict(setup_ns)
@@ -543,22 +547,15 @@ def main():
             if check:
                 ns["check"](ns[ep])
         except BaseException as e:
-            fail(e)
+            write(2, ("harness: %r" % (e,))[:2000].encode("utf-8", "replace"))
+            exit_(1)
         write(result_fd, nonce)
         exit_(0)
-    try:
-        tree = ast.fix_missing_locations(Strict().visit(ast.parse(job["tests"])))
-        codes = [compile(src, "<%s>" % name, "exec", dont_inherit=True, optimize=0)
-                 for name, src in (("setup", job["setup"]), ("code", job["code"]), ("tests", tree))]
-    except BaseException as e:  # a syntax error in the program
-        fail(e)
     go, wait = _thread.allocate_lock(), _thread.allocate_lock()
     go.acquire(); wait.acquire()
     _thread.start_new_thread(worker, (nonce, go))  # not threading.Thread: its object would hold the arguments
     del nonce
-    limit()
-    sys.addaudithook(hook)
-    vars(sys).pop("monitoring", None)  # 3.12+: its callbacks see the code objects of the tests
+    lock_down()
     go.release()
     try:
         wait.acquire()  # forever: the worker ends the process

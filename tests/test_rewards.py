@@ -437,10 +437,12 @@ try:
     ways.append(os.open("proc/self/maps", os.O_RDONLY, dir_fd=root))  # a relative path under an outside directory
 except Exception:
     pass
-try:
-    ways.append((lambda: 1).__code__.replace(co_consts=(2,)))  # crafted code objects read memory
-except Exception:
-    pass
+for craft in (lambda: (lambda: 1).__code__.replace(co_consts=(2,)),  # crafted code objects read memory
+              lambda: __import__("marshal").loads(__import__("marshal").dumps(compile("1", "", "eval")))):
+    try:
+        ways.append(craft())
+    except Exception:
+        pass
 """
 
 
@@ -448,7 +450,8 @@ def test_adversary_reads_its_memory_for_the_token():
     """A red-team review read the pass token out of the sandbox's memory: /proc/self/maps through a directory fd
     (the hook checked only paths under "/proc/" resolved against the cwd) and ctypes pointers (not audited). Now
     ctypes is never loaded by the harness (a loaded _ctypes could be loaded again by file path with no audit event)
-    and cannot be imported, /proc and directories outside the work dir cannot be opened, code objects cannot be built."""
+    and cannot be imported, /proc and directories outside the work dir cannot be opened, code objects cannot be built
+    or unmarshalled (imports compile from source instead)."""
     run_adversary(NONCE_FROM_MEMORY, "assert ways")
 
 
