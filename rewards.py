@@ -23,7 +23,7 @@ writing outside its dir. Guaranteed, each by an adversarial test:
   harness); frames are refused otherwise (sys._getframe, tracebacks' and generators' frames, tracing,
   sys.monitoring removed). The routes to the process's memory are refused too: ctypes is never loaded and cannot
   be imported (nor _testcapi), /proc and directories outside the work dir cannot be opened (a relative path under
-  such a directory's fd escapes path checks), code objects cannot be built.
+  such a directory's fd escapes path checks), code objects cannot be built or unmarshalled (crafted bytecode).
 - The tests do not trust the program's objects: their comparisons and arithmetic are rewritten (ast) to refuse a
   trusted value (an allowlist of exact built-in types, containers of them, an unmodified Counter, numpy's types)
   meeting anything else, so an always-equal object or int subclass passes no `==`, `in` or `abs(x - y) < eps`.
@@ -32,9 +32,8 @@ writing outside its dir. Guaranteed, each by an adversarial test:
 - The caller compares stdin/stdout tests itself and kills the process group; malformed problems never pass.
 
 NOT protected against (run large-scale untrusted code in a container or VM):
-- CPython memory-safety escapes (e.g. crafted bytecode in a .pyc the program writes and imports: marshal trusts
-  it) can still read the process's memory, nonce included: the tests run where the program runs. Deciding outside
-  the process would close that.
+- A memory-safety bug of CPython or of an extension module the program may import would give it the process's
+  memory, nonce included: the tests run where the program runs. Deciding outside the process would close that.
 - A program that leaves the process group (os.setsid is not audited) and sleeps outlives its run.
 - Wrong-but-passing answers the tests cannot see: special-casing the (often visible) tests, monkeypatching a module
   the tests import (math.fabs in HumanEval/32), comparisons between two untrusted objects (the program's own).
