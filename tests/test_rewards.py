@@ -420,8 +420,10 @@ ways = []
 spec = importlib.util.find_spec("_ctypes")  # by file path too, as the harness's own copy would be (no import event)
 by_path = lambda path: importlib.util.module_from_spec(importlib.util.spec_from_loader(
     "_ctypes", importlib.machinery.ExtensionFileLoader("_ctypes", path)))
+by_name = lambda name: importlib.util.module_from_spec(importlib.util.spec_from_file_location(name, spec.origin))
 for get in (lambda: importlib.import_module("ctypes"), lambda: importlib.import_module("_ctypes"),
-            lambda: by_path(spec.origin), lambda: by_path(os.path.realpath(spec.origin))):
+            lambda: by_path(spec.origin), lambda: by_path(os.path.realpath(spec.origin)), lambda: by_name("x._ctypes"),
+            lambda: importlib.import_module("_xxsubinterpreters")):  # its interpreters run without this hook
     try:
         ways.append(get())
     except Exception:
@@ -432,11 +434,12 @@ for path in ("/proc/self/maps", "/proc"):
         ways.append(path)
     except Exception:
         pass
-try:
-    root = os.open("/", os.O_RDONLY)
-    ways.append(os.open("proc/self/maps", os.O_RDONLY, dir_fd=root))  # a relative path under an outside directory
-except Exception:
-    pass
+for escape in (lambda: os.open("proc/self/maps", os.O_RDONLY, dir_fd=os.open("/", os.O_RDONLY)),  # a directory fd
+               lambda: os.symlink("/proc", "p"), lambda: os.open("../" * 12 + "proc/self/maps", os.O_RDONLY, dir_fd=3)):
+    try:
+        ways.append(escape())  # relative paths are checked against the cwd, not against their dir_fd
+    except Exception:
+        pass
 for craft in (lambda: (lambda: 1).__code__.replace(co_consts=(2,)),  # crafted code objects read memory
               lambda: __import__("marshal").loads(__import__("marshal").dumps(compile("1", "", "eval")))):
     try:
@@ -453,6 +456,14 @@ def test_adversary_reads_its_memory_for_the_token():
     and cannot be imported, /proc and directories outside the work dir cannot be opened, code objects cannot be built
     or unmarshalled (imports compile from source instead)."""
     run_adversary(NONCE_FROM_MEMORY, "assert ways")
+
+
+def test_adversary_rebinds_what_the_strict_comparisons_use():
+    """A second red-team round: the candidate, called by the tests, rebinds builtins or module globals that the
+    harness's comparison helpers (enumerate) or a trusted Counter's __eq__ (collections' all) would look up."""
+    run_adversary("import builtins, collections\ndef f(x):\n    builtins.enumerate = lambda ops: [(len(ops) - 1, lambda a, b: True)]\n"
+                  "    builtins.all = collections.all = lambda *a: True\n    return collections.Counter('ab')",
+                  "from collections import Counter\nassert f(1) == {'a': 2}\nassert Counter(f(2)) == Counter('zz')")
 
 
 def test_adversary_audit_hook_and_monitoring():
