@@ -35,6 +35,7 @@ NOT protected against (run large-scale untrusted code in a container or VM):
 - A memory-safety bug of CPython or of an extension module the program may import would give it the process's
   memory, nonce included: the tests run where the program runs. Deciding outside the process would close that.
 - A program that leaves the process group (os.setsid is not audited) and sleeps outlives its run.
+Cost of the memory guards: a program importing numpy fails (numpy imports ctypes).
 - Wrong-but-passing answers the tests cannot see: special-casing the (often visible) tests, monkeypatching a module
   the tests import (math.fabs in HumanEval/32), comparisons between two untrusted objects (the program's own).
 - As non-root the program runs as you, behind only the audit hook, which can be evaded (os.pidfd_open +
