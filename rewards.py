@@ -35,13 +35,13 @@ NOT protected against (run large-scale untrusted code in a container or VM):
 - A memory-safety bug of CPython or of an extension module the program may import would give it the process's
   memory, nonce included: the tests run where the program runs. Deciding outside the process would close that.
 - A program that leaves the process group (os.setsid is not audited) and sleeps outlives its run.
-Cost of the memory guards: a program importing numpy fails (numpy imports ctypes).
 - Wrong-but-passing answers the tests cannot see: special-casing the (often visible) tests, monkeypatching a module
   the tests import (math.fabs in HumanEval/32), comparisons between two untrusted objects (the program's own).
 - As non-root the program runs as you, behind only the audit hook, which can be evaded (os.pidfd_open +
   signal.pidfd_send_signal are not audited); as root, `nobody` can still read world-readable files and signal
   other `nobody` processes.
 - Network is refused only by the audit hook (no namespace); disk use is bounded per file only.
+Cost of the memory guards: a program importing numpy fails (numpy imports ctypes).
 Needs Linux >= 5.3 (pidfd) and sympy (a dependency of torch).
 Tests: python -m pytest -q tests/test_rewards.py; throughput: python bench/rewards.py.
 """
