@@ -357,7 +357,9 @@ def optimizer_step(model, adapter, rows, adv, old_lp, ref_lp, opt, args, stats):
     before, reduced, finite = None, None, True
     n_ranks = world()[1]
     for role in sorted(shares):  # the roles of the whole step: every rank walks the same ones
-        idx = [i for i, r in enumerate(rows) if r.role == role]
+        # a row with advantage 0 and no KL term adds exactly 0 to the loss and the gradient: it is not run
+        # (its weight still counts in `weights`); the role's entropy, clip, kl and gap sums cover the rest
+        idx = [i for i, r in enumerate(rows) if r.role == role and (adv[i] != 0 or role_value(args.kl_coefs, role))]
         s = stats[role]
         s["weight_share"].append(shares[role])
         s["losses"].append(0.0)
@@ -385,7 +387,9 @@ def optimizer_step(model, adapter, rows, adv, old_lp, ref_lp, opt, args, stats):
             s["clipped"] += clipped.sum().item()
             s["kl_sum"] += kl.sum().item()
             s["train_tokens"] += lp.numel()
-        grads = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).flatten() for p in params])
+        for p in params:  # zeros, not None, where nothing ran: AdamW still moves its moments, as a full pass would
+            p.grad = torch.zeros_like(p) if p.grad is None else p.grad
+        grads = torch.cat([p.grad.flatten() for p in params])
         # this role's gradient from this rank's rows (a copy of grads: all_reduce works in place)
         delta = (grads - before) if before is not None else grads.clone()
         if n_ranks > 1:
@@ -434,7 +438,8 @@ def train_step(model, tok, problems, args, optimizers, gen, step):
     # later steps (per-instance parallel roles) get them recomputed here, before any step, since those
     # steps see a policy changed by the earlier ones. This pass runs in eval mode, without dropout: the
     # policy that sampled (the later steps' ratio then also carries the update's dropout noise).
-    later = {i for k, (adapter, idx) in enumerate(groups) if adapter in [a for a, _ in groups[:k]] for i in idx}
+    later = {i for k, (adapter, idx) in enumerate(groups) if adapter in [a for a, _ in groups[:k]] for i in idx
+             if adv[i] != 0 or role_value(args.kl_coefs, rows[i].role)}  # the rows optimizer_step runs
     old_lp, ref_lp = [None] * len(rows), [None] * len(rows)
     with torch.no_grad():
         for adapter in optimizers:

@@ -209,6 +209,60 @@ def test_optimizer_step_gradient_does_not_depend_on_the_token_budget(tiny, scrat
         close_grads(grads[1], grads[0])
 
 
+@pytest.mark.parametrize("mode", ["seq-mean-token-mean", "token-mean", "role-balanced"])
+def test_zero_advantage_rows_are_not_run_and_the_gradient_is_unchanged(tiny, scratch_adapter, monkeypatch, mode):
+    """optimizer_step skips rows with advantage 0 (no KL): the gradient equals a by-hand loss over ALL
+    rows, their weights included in the normalisation; only the other rows are forwarded. With a KL
+    coefficient on the role they are run (the k3 term has a gradient); with every advantage 0 the
+    gradient is zeros, not None, so AdamW still moves its moments as it did when every row ran."""
+    import grpo
+    import lora
+    model, tok = tiny
+    scratch_adapter("zadv", seed=3)
+    rows = _rows() + [workflows.Turn("evaluator", "evaluator", [3, 3, 3, 3], [5, 6, 7, 8], [-1.0] * 4, "stop", "w"),
+                      workflows.Turn("evaluator", "evaluator", [2, 3], [9, 6], [-1.0] * 2, "stop", "v")]
+    adv = [1.0, 0.0, -0.5, 0.0, 2.0]
+    lora.set_adapter(model, "zadv")
+    params = lora.adapter_parameters(model, "zadv")
+    with torch.no_grad():
+        old = [lp - 0.3 for lp in grpo.completion_logprobs(model, [r.prompt_ids for r in rows],
+                                                           [r.completion_ids for r in rows], 0.7)[0]]
+    args = train.parse_args(["--loss-agg", mode, "--grad-clip", "1e9", "--temperature", "0.7"])
+    for p in params:  # the reference: every row run, by hand
+        p.grad = None
+    weights, _ = grpo.token_weights([r.role for r in rows], [len(r.completion_ids) for r in rows], mode)
+    lps = grpo.completion_logprobs(model, [r.prompt_ids for r in rows], [r.completion_ids for r in rows], 0.7)[0]
+    loss = sum(w * grpo.token_loss(lp, o, torch.full_like(lp, a))[0].sum() for w, lp, o, a in zip(weights, lps, old, adv))
+    loss.backward()
+    expected = torch.cat([p.grad.flatten() for p in params])
+    forwarded = []
+    real = grpo.completion_logprobs
+    monkeypatch.setattr(train.grpo, "completion_logprobs", lambda m, prompts, *a, **k: (
+        forwarded.append(len(prompts)), real(m, prompts, *a, **k))[1])
+
+    class NoStep:
+        def zero_grad(self, set_to_none=True):
+            for p in params:
+                p.grad = None
+
+        def step(self):
+            pass
+    stats = {**_stats(), "evaluator": train.role_stats()}
+    train.optimizer_step(model, "zadv", rows, adv, old, [None] * 5, NoStep(), args, stats)
+    close_grads(torch.cat([p.grad.flatten() for p in params]), expected)
+    assert sum(forwarded) == 3 and stats["generator"]["train_tokens"] == 2 + 2
+    forwarded.clear()
+    args = train.parse_args(["--loss-agg", mode, "--kl", "generator=0.1"])
+    with torch.no_grad():
+        ref = real(model, [r.prompt_ids for r in rows], [r.completion_ids for r in rows])[0]
+    train.optimizer_step(model, "zadv", rows, adv, old, ref, NoStep(), args, {**_stats(), "evaluator": train.role_stats()})
+    assert sum(forwarded) == 4  # the generator's zero-advantage row runs: its KL term has a gradient
+    forwarded.clear()
+    train.optimizer_step(model, "zadv", rows, [0.0] * 5, old, [None] * 5, NoStep(),
+                         train.parse_args(["--loss-agg", mode]), {**_stats(), "evaluator": train.role_stats()})
+    assert forwarded == [] and all(p.grad is not None and not p.grad.any() for p in params)
+
+
 @pytest.mark.parametrize("seed", [0, 1, 11])
 def test_first_step_without_old_logprobs_equals_recomputed_ones(tiny, scratch_adapter, seed):
     """An adapter's only step in a batch takes its old log-probs from its own forward (None entries);
@@ -234,7 +288,9 @@ def test_first_step_without_old_logprobs_equals_recomputed_ones(tiny, scratch_ad
 
 
 def test_non_finite_loss_skips_steps_then_stops(tmp_path, monkeypatch):
-    monkeypatch.setattr(workflows.rewards, "grade", fake_grade)
+    # rewards 0, 1 in every group of 2: each step has rows to run (zero-advantage rows are not run)
+    monkeypatch.setattr(workflows.rewards, "grade", lambda completions, problems, **kw: [
+        (float(i % 2), "wrong") for i in range(len(completions))])
     real = train.grpo.token_loss
     monkeypatch.setattr(train.grpo, "token_loss", lambda *a, **k: tuple(
         x * float("nan") if i == 0 else x for i, x in enumerate(real(*a, **k))))
