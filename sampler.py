@@ -180,14 +180,18 @@ class StaticKV:
 
 def gqa_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
     """Attention for the fast path: query (B, H, q, D), key/value (B, Hkv, L, D), a bool mask
-    (B, 1, q, L) with True = attend. SDPA with enable_gqa reads each cached key/value head once for
-    its whole query group; HF's own SDPA path copies the cache per query head whenever a mask is
-    given (measured on the H200 at 512 rows x 669 slots: 0.07 ms per layer here vs 0.39 ms for an
-    explicit matmul-softmax-matmul). Returns (B, q, H, D) as HF's attention functions do."""
-    groups = getattr(module, "num_key_value_groups", None)  # a plain int: torch.compile-friendly
-    out = F.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, scale=scaling,
-                                         enable_gqa=groups != 1 if groups else key.shape[1] != query.shape[1])
-    return out.transpose(1, 2), None
+    (B, 1, q, L) with True = attend. The G = H / Hkv query heads of one key/value head (heads
+    j*G..j*G+G-1, HF's repeat_kv order) are folded into the query axis, (B, Hkv, G*q, D) against the
+    mask repeated G times (a view when q = 1), so SDPA reads each cached head once, copies nothing and
+    takes a fused masked kernel (cuDNN's on the H200). Seen on the H200 (torch 2.11) in a process where
+    vLLM's engine had started: SDPA with enable_gqa and a mask took the math path, which copies the cache
+    per query head and computes in fp32 (45 ms per decode step at 512 rows, 7.3 ms folded); HF's SDPA
+    path copies per head too. Returns (B, q, H, D) as HF's attention functions do."""
+    B, H, q, D = query.shape
+    g = H // key.shape[1]
+    mask = attention_mask[:, :, None].expand(B, 1, g, q, attention_mask.shape[-1]).reshape(B, 1, g * q, -1)
+    out = F.scaled_dot_product_attention(query.reshape(B, H // g, g * q, D), key, value, attn_mask=mask, scale=scaling)
+    return out.view(B, H, q, D).transpose(1, 2), None
 
 
 AttentionInterface.register("gqa_static", gqa_attention)

@@ -1,13 +1,21 @@
 """Benchmark: our sampler vs Hugging Face `model.generate` on the same workload, side by side.
 
-Every row generates exactly --new-tokens tokens (stop ids masked until then, `min_new_tokens` on
-both sides), so both contenders produce the same number of tokens. Each contender is run once to
-warm up, then timed over --repeats calls; tokens/s and the ratio are printed.
+Forced workload (default): every row generates exactly --new-tokens tokens (stop ids masked until
+then, `min_new_tokens` on both sides), so every contender produces the same number of tokens.
+Natural-stop workload (--natural, what rollouts are): a row ends at a stop id or at --new-tokens;
+each contender's generated tokens are counted and its time per call compared. --vllm FOLDER adds
+vLLM (when importable; a benchmark contender only, never a dependency) on the same prompts, with
+the same stop ids, temperature and n. Each contender is run once to warm up, then timed over
+--repeats calls; tokens/s and the ratios are printed. --profile prints, for our decode step at 8,
+64 and 512 rows, the time per step under the CUDA graph, the kernels per step and their GPU time
+(eager, torch.profiler), the top kernels, and how many graphs a natural-stop call captures.
 
     python bench/sampler.py                      # tiny model on CPU, small workload
     python bench/sampler.py --model /root/mdl/model.gguf --prompts 64 --n 8 --new-tokens 512
     python bench/sampler.py --model /root/mdl/model.gguf --arch qwen3-1.7b ...   # random weights
     python bench/sampler.py ... --compile --lora 64   # + compile=True; + a LoRA adapter unmerged / merged
+    python bench/sampler.py --model /root/mdl/hf --data gsm8k_test.jsonl --prompts 64 --n 8 \
+        --new-tokens 512 --natural --vllm /root/mdl/hf --skip dynamic static   # rollouts vs vLLM
 
 --arch builds a randomly initialised Qwen3 of that size (its published shape) and uses --model only
 for the tokenizer. The floor printed is the larger of (weights + KV cache read once per decode step)
@@ -80,6 +88,9 @@ def main():
     p.add_argument("--arch", choices=list(ARCHS), default=None, help="random-weight Qwen3 of this shape")
     p.add_argument("--compile", action="store_true", help="also time ours with sample(compile=True)")
     p.add_argument("--lora", type=int, default=0, help="rank: time ours with a random LoRA adapter, unmerged vs lora.merged")
+    p.add_argument("--natural", action="store_true", help="rows stop at a stop id (rollouts), not forced")
+    p.add_argument("--vllm", default=None, help="HF model folder: add vLLM as a contender")
+    p.add_argument("--profile", action="store_true", help="profile our decode step at 8, 64, 512 rows")
     p.add_argument("--skip", nargs="*", default=[], choices=["dynamic", "static", "ours"], help="contenders to leave out")
     args = p.parse_args()
 
@@ -98,35 +109,42 @@ def main():
     rows = args.prompts * args.n
     gen = torch.Generator(device=device).manual_seed(0)
 
-    def ours(compile=False):
+    forced = 0 if args.natural else N
+    generated = {}  # contender -> tokens of its last call
+
+    def ours(compile=False, name="ours"):
         out = sample(model, prompts, n=args.n, max_new_tokens=N, temperature=args.temperature,
-                     stop_ids=stops, pad_id=tok.pad_token_id, generator=gen, min_new_tokens=N, compile=compile)
-        assert sum(len(c.tokens) for c in out) == rows * N
+                     stop_ids=stops, pad_id=tok.pad_token_id, generator=gen, min_new_tokens=forced, compile=compile)
+        generated[name] = sum(len(c.tokens) for c in out)
+        assert args.natural or generated[name] == rows * N
 
     L = max(map(len, prompts))
     batch = [p for p in prompts for _ in range(args.n)]
     ids = torch.tensor([[tok.pad_token_id] * (L - len(p)) + p for p in batch], device=device)
     mask = torch.tensor([[0] * (L - len(p)) + [1] * len(p) for p in batch], device=device)
 
-    def hf(**extra):
+    def hf(name, **extra):
         def run():
             out = model.generate(input_ids=ids, attention_mask=mask, do_sample=True,
                                  temperature=args.temperature, top_p=1.0, top_k=0, max_new_tokens=N,
-                                 min_new_tokens=N, eos_token_id=stops, pad_token_id=tok.pad_token_id, **extra)
-            assert out.shape == (rows, L + N)
+                                 min_new_tokens=forced, eos_token_id=stops, pad_token_id=tok.pad_token_id, **extra)
+            hit = torch.isin(out[:, L:], torch.tensor(stops, device=device))  # count up to and with the first stop
+            generated[name] = int(torch.where(hit.any(1), hit.int().argmax(1) + 1, hit.shape[1]).sum())
+            assert args.natural or out.shape == (rows, L + N)
         return run
 
     contenders = []
     if "dynamic" not in args.skip:
-        contenders.append(("model.generate (dynamic cache)", hf()))
+        contenders.append(("model.generate (dynamic cache)", hf("model.generate (dynamic cache)")))
     if device.type == "cuda" and "static" not in args.skip:
-        contenders.append(("model.generate (static cache)", hf(cache_implementation="static")))
+        contenders.append(("model.generate (static cache)", hf("model.generate (static cache)",
+                                                                   cache_implementation="static")))
     if "ours" not in args.skip:
-        contenders.append(("ours: sampler.sample", ours))
+        contenders.append(("ours: sampler.sample", lambda: ours(name="ours: sampler.sample")))
     if args.compile and device.type != "cuda":
         print("--compile skipped: compile=True applies to the CUDA fast path only")
     elif args.compile:
-        contenders.append(("ours, compile=True", lambda: ours(compile=True)))
+        contenders.append(("ours, compile=True", lambda: ours(compile=True, name="ours, compile=True")))
     if args.lora:  # timed last: the adapter is added at its first (warm-up) call, after the others ran
         def with_adapter(merge):
             if "bench" not in lora.adapter_names(model):
@@ -135,19 +153,28 @@ def main():
                     for p_ in lora.adapter_parameters(model, "bench"):
                         p_.normal_(0, 0.01)
             with lora.use_adapter(model, "bench"), (lora.merged(model) if merge else contextlib.nullcontext()):
-                ours()
+                ours(name=f"ours, LoRA r{args.lora} {'merged' if merge else 'unmerged'}")
         contenders += [(f"ours, LoRA r{args.lora} unmerged", lambda: with_adapter(False)),
                        (f"ours, LoRA r{args.lora} merged", lambda: with_adapter(True))]
+    if args.vllm:  # last: its engine starts at the warm-up call, after ours ran
+        contenders.append(("vLLM", vllm_contender(args, prompts, stops, forced, generated)))
     print(f"model={args.arch or args.model} device={device} rows={rows} ({args.prompts} prompts x {args.n}) "
-          f"new_tokens={N} prompt_len<={L} T={args.temperature}")
-    results = {}
+          f"new_tokens{'<=' if args.natural else '='}{N} prompt_len<={L} T={args.temperature}")
+    if args.profile:
+        profile(model, tok, prompts, stops, device, args)
+    results, times = {}, {}
     for name, fn in contenders:
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats()
-        seconds = timed(fn, device, args.repeats)
-        results[name] = rows * N / seconds
-        mem = f"  peak {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB" if device.type == "cuda" else ""
-        print(f"{name:34s} {seconds:8.2f} s/call {results[name]:10,.0f} tok/s{mem}")
+        seconds = times[name] = timed(fn, device, args.repeats)
+        results[name] = generated.get(name, rows * N) / seconds
+        mem = f"  peak {torch.cuda.max_memory_allocated() / 2**30:.1f} GiB" if device.type == "cuda" and name != "vLLM" else ""
+        print(f"{name:34s} {seconds:8.3f} s/call {generated.get(name, rows * N):9,d} tokens "
+              f"{results[name]:10,.0f} tok/s{mem}")
+    if args.natural and "vLLM" in times:
+        for name in times:
+            if name.startswith("ours"):
+                print(f"time vLLM / {name}: {times['vLLM'] / times[name]:.2f}x (per call, same prompts)")
     ours_tps = max((v for k, v in results.items() if k.startswith("ours") and "LoRA" not in k), default=None)
     hf_tps = [v for k, v in results.items() if k.startswith("model.generate")]
     if ours_tps and hf_tps:
@@ -157,6 +184,64 @@ def main():
         print(f"floor (bandwidth / FLOPs bound): {floor:.3f} s/call = {rows * N / floor:,.0f} tok/s")
         if ours_tps:
             print(f"ratio ours / floor: {ours_tps / (rows * N / floor):.3f}")
+
+
+def vllm_contender(args, prompts, stops, forced, generated):
+    """vLLM's offline engine on the same prompt ids (its own process, a third of the GPU's memory),
+    started at the first call (timed() warms up with it)."""
+    engine = []
+
+    def run():
+        from vllm import LLM, SamplingParams
+        if not engine:
+            engine.append(LLM(model=args.vllm, dtype="bfloat16", gpu_memory_utilization=0.3, seed=0,
+                              enable_prefix_caching=False))
+        llm = engine[0]
+        params = SamplingParams(n=args.n, temperature=args.temperature, top_p=1.0, max_tokens=args.new_tokens,
+                                min_tokens=forced, stop_token_ids=list(stops), ignore_eos=bool(forced))
+        out = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
+        generated["vLLM"] = sum(len(c.token_ids) for o in out for c in o.outputs)
+    return run
+
+
+def profile(model, tok, prompts, stops, device, args):
+    """Our decode step at 8, 64 and 512 rows: ms per step under the graph (from forced calls of 1 and
+    129 new tokens), then one eager step under torch.profiler: kernels per step, their GPU time, top
+    kernels. Then the graphs a natural-stop call captures (new batch size or attended-length bucket)."""
+    from torch.profiler import ProfilerActivity, profile as torch_profile
+    import sampler
+    for rows in (8, 64, 512):
+        batch = [prompts[i % len(prompts)] for i in range(rows)]
+        call = lambda n_new, graph=None: sampler.sample_fast(model, batch, 1, n_new, args.temperature, stops,
+                                                             tok.pad_token_id, min_new_tokens=n_new, cuda_graph=graph)
+        t1, t129 = timed(lambda: call(1), device, 2), timed(lambda: call(129), device, 2)
+        with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
+            call(17, graph=False)
+            sync(device)
+        with torch_profile(activities=[ProfilerActivity.CUDA]) as prof1:
+            call(1, graph=False)
+            sync(device)
+        kernels = lambda p: [e for e in p.events() if e.device_type.name == "CUDA"]
+        k17, k1 = kernels(prof), kernels(prof1)
+        per_step = (len(k17) - len(k1)) / 16
+        gpu_ms = (sum(e.device_time for e in k17) - sum(e.device_time for e in k1)) / 16 / 1e3
+        print(f"profile rows={rows}: graph {1e3 * (t129 - t1) / 128:.3f} ms/step; eager {per_step:.0f} kernels/step, "
+              f"{gpu_ms:.3f} ms GPU time/step")
+        if rows in (8, 512):
+            print(prof.key_averages().table(sort_by="device_time_total", row_limit=12, max_name_column_width=60))
+    captures = []
+    real = torch.cuda.CUDAGraph
+    torch.cuda.CUDAGraph = lambda *a, **k: captures.append(1) or real(*a, **k)
+    try:
+        t0 = time.perf_counter()
+        out = sample(model, prompts, n=args.n, max_new_tokens=args.new_tokens, temperature=args.temperature,
+                     stop_ids=stops, pad_id=tok.pad_token_id)
+        sync(device)
+        lengths = sorted(len(c.tokens) for c in out)
+        print(f"natural-stop call: {time.perf_counter() - t0:.2f} s, {len(captures)} graphs captured, lengths "
+              f"p50 {lengths[len(lengths) // 2]} p90 {lengths[int(0.9 * len(lengths))]} max {lengths[-1]}")
+    finally:
+        torch.cuda.CUDAGraph = real
 
 
 if __name__ == "__main__":
