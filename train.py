@@ -5,13 +5,15 @@
     python train.py --out runs/v-merged --resume                    # continue where it stopped
 
 One training step: draw --problems problems, roll each out --group times through the workflow in
-lock-step (workflows.py), score the final answers (rewards.py), give every turn the GRPO advantage
-of its group (problem, instance name), recompute the old log-probs that an adapter's later steps
-need, then update.
+lock-step (workflows.py), score the final answers (rewards.py; plus workflows.reward_shaping's term
+in the training reward, none by default, never in the logged accuracy), give every turn the GRPO
+advantage of its group (problem, instance name), recompute the old log-probs that an adapter's
+later steps need, then update.
 - SP (shared policy): one LoRA adapter "shared" and one AdamW; one optimizer step over all rows.
 - IP (isolated policy): one adapter + AdamW per role type, each stepping only on its own rows.
-  Parallel roles (Voting's voters, Orch-Workers' workers) take one step per instance
-  (--parallel-steps per-instance, the reference) or one step over all instances (merged).
+  Parallel roles (a workflow's `parallel` in workflows.WORKFLOWS: Voting's voters, Orch-Workers'
+  workers) take one step per instance (--parallel-steps per-instance, the reference) or one step
+  over all instances (merged).
 The token weighting of the loss is explicit (--loss-agg, --role-weights) and each role's share of
 it is logged, as is everything in metrics.jsonl, with a reward-hacking monitor (the most common
 final answer's share, degenerate rewarded answers per role: workflows.answer_monitor). Checkpoints

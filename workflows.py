@@ -17,8 +17,8 @@ The final answer is graded with `rewards.grade`: its 0/1 is the episode's outcom
 every accuracy reads Episode.correct), and the outcome plus `reward_shaping`'s term (0 unless a fork
 adds one) is every turn's training reward (the reference's outcome broadcast: no role gets its own
 credit). With `diagnose=True` the intermediate answers are graded too (each Eval-Opt attempt, each
-voter, each worker) to fill `Turn.correct` and `facts["any_candidate_correct"]`, which each
-workflow's stats sum up: for logging only, never for training. `answer_monitor` reads graded
+voter, each worker) to fill `Turn.correct`, which each workflow's stats sum up: for logging only,
+never for training. `answer_monitor` reads graded
 episodes for the reward-hacking monitor of train.py and eval.py (the most common answer, degenerate ones).
 
 Over-long prompts (the one rule): a prompt longer than `max_prompt_tokens` is not sampled and gives
@@ -166,7 +166,7 @@ class Episode:
     """facts: always prompt_too_long. Eval-Opt: rounds (attempts), verdicts ('Correct' / 'Incorrect' /
     None = unparseable), retried, stopped ('approved' / 'round_limit' / 'prompt_too_long'). Voting:
     n_candidates, chosen (1-based), choice_parse. Orch-Workers: n_strategies, strategy_parse, n_workers.
-    With diagnose: any_candidate_correct (which answers were right is in Turn.correct)."""
+    Which answers, verdicts and picks were right (diagnose) is in Turn.correct."""
     problem_id: str
     rollout: int                 # index within its problem's group
     turns: list[Turn] = field(default_factory=list)
@@ -343,8 +343,8 @@ def _evalopt_stats(episodes, task):
     pairs = [(a, b) for att in attempts for a, b in zip(att, att[1:])]  # (an attempt, the retry after it)
     after_wrong, after_right = [b for a, b in pairs if not a], [b for a, b in pairs if a]
     rounds = mean([len(att) for att in attempts])
-    return ({"retry_rate": mean([len(att) > 1 for att in attempts]), "mean_rounds": rounds, "verdict_accuracy": accuracy,
-             "verdict_unparseable": mean([verdict is None for verdict, _ in judged])},
+    return ({"retry_rate": mean([len(att) > 1 for att in attempts]), "mean_rounds": rounds,
+             "verdict_accuracy": accuracy, "verdict_unparseable": mean([verdict is None for verdict, _ in judged])},
             {"evaluator": {**c, "verdict_accuracy": accuracy, "retried_wrong": len(after_wrong),
                            "retry_fixed": sum(after_wrong), "retry_fixed_rate": mean(after_wrong),
                            "retried_right": len(after_right), "retry_broke": len(after_right) - sum(after_right),
@@ -354,8 +354,8 @@ def _evalopt_stats(episodes, task):
 def _evalopt_headline(d):
     e = d["evaluator"]
     accuracy = "-" if e["verdict_accuracy"] is None else format(e["verdict_accuracy"], ".2f")
-    return (f"verdict acc {accuracy} ({e['unparseable']} unparseable), approved wrong "
-            f"{e['approved_wrong']}, rejected right {e['rejected_right']}, retry fixed {e['retry_fixed']}/{e['retried_wrong']}")
+    return (f"verdict acc {accuracy} ({e['unparseable']} unparseable), approved wrong {e['approved_wrong']}, "
+            f"rejected right {e['rejected_right']}, retry fixed {e['retry_fixed']}/{e['retried_wrong']}")
 
 
 def _answers(policy, role, eps, jobs, count_key):
@@ -421,17 +421,14 @@ def _orchworkers(eps, probs, tasks, policy, max_strategies=3, **_):
 
 
 def _orchworkers_stats(episodes, task):
-    """Math workers agree when their answers (the monitor's keys) are equal, code workers when all pass or
-    all fail (programs rarely match as text)."""
-    agree = []
-    for ep in episodes:
-        keys = [rewards.final_answer(t.text, task) if task == "math" else bool(t.correct)
-                for t in ep.turns if t.role == "worker"]
-        if len(keys) >= 2:
-            agree.append(None not in keys and len(set(keys)) == 1)
+    """Workers agree when their answers are equal (math: the monitor's keys) or all pass or all fail (code:
+    programs rarely match as text); with fewer than two workers there is nothing to agree on."""
+    key = (lambda t: rewards.final_answer(t.text, task)) if task == "math" else (lambda t: bool(t.correct))
+    teams = [[key(t) for t in ep.turns if t.role == "worker"] for ep in episodes]
+    agree = [None not in keys and len(set(keys)) == 1 for keys in teams if len(keys) >= 2]
     workers = [_answers_right(ep) for ep in episodes]
-    some = [ep.correct for ep, w in zip(episodes, workers) if any(w)]
-    none = [ep.correct for ep, w in zip(episodes, workers) if w and not any(w)]
+    some = [ep.correct for ep, w in zip(episodes, workers) if any(w)]  # a right worker: did the synthesis keep it?
+    none = [ep.correct for ep, w in zip(episodes, workers) if w and not any(w)]  # none: did it fix them?
     any_right = mean([any(w) for w in workers])
     return ({"mean_strategies": mean([ep.facts.get("n_strategies", 0) for ep in episodes]),
              "any_worker_correct": any_right},
@@ -513,7 +510,7 @@ def grade_episodes(eps, problems, group_size, diagnose=True):
 def _diagnose(ep, right):
     """Turn.correct from `right(text)` (was this answer graded right?): an answer turn is right when its
     answer is; a verdict when it approves exactly the right attempts (_verdicts); a pick or synthesis
-    when the final answer is. Then facts["any_candidate_correct"]: was any answer turn right."""
+    when the final answer is."""
     for t in ep.turns:
         if t.role in ANSWER_ROLES:
             t.correct = right(t.text)
@@ -521,7 +518,6 @@ def _diagnose(ep, right):
             t.correct = ep.correct
     for t, _, kind in _verdicts(ep):
         t.correct = None if kind is None else kind in RIGHT_VERDICTS
-    ep.facts["any_candidate_correct"] = any(_answers_right(ep))
 
 
 def answer_monitor(episodes, task):

@@ -43,8 +43,8 @@ def debate(eps, probs, tasks, policy, **_):
     for i, t in _stage(policy, "critic", eps, jobs):
         critiques[i].append(t.text)
     jobs = [(i, "judge", JUDGE.format(problem=probs[i]["prompt"], debate="\n\n".join(
-        f"Solution {k}:\n{s}\n\nCritique of solution {k}:\n{c}" for k, (s, c) in enumerate(zip(ss, critiques[i]), 1))))
-        for i, ss in enumerate(solutions) if ss]
+        f"Solution {k}:\n{s}\n\nCritique of solution {k}:\n{c}"
+        for k, (s, c) in enumerate(zip(ss, critiques[i]), 1)))) for i, ss in enumerate(solutions) if ss]
     for i, t in _stage(policy, "judge", eps, jobs):
         eps[i].final = solutions[i][parse_choice(t.text, len(solutions[i]))[0] - 1]
 
@@ -56,7 +56,7 @@ def debate_stats(episodes, task):
 
 
 DEBATE = Workflow(debate, ["generator", "critic", "judge"], parallel=("generator", "critic"), stats=debate_stats,
-                  headline=lambda d: f"judge picked right {d['judge']['picked_right']}/{d['judge']['had_right_solver']}")
+                  headline=lambda d: "judge picked right {picked_right}/{had_right_solver}".format(**d["judge"]))
 
 
 @pytest.fixture
@@ -67,13 +67,15 @@ def registered(monkeypatch):
 
 @pytest.mark.parametrize("mode,steps", [("per-instance", {"generator": 2, "critic": 2, "judge": 1}),
                                         ("merged", {"generator": 1, "critic": 1, "judge": 1})])
-def test_a_workflow_defined_in_a_test_file_trains_and_evaluates(tmp_path, registered, monkeypatch, capsys, mode, steps):
+def test_a_workflow_defined_in_a_test_file_trains_and_evaluates(tmp_path, registered, monkeypatch, capsys, mode,
+                                                                steps):
     """Regression (issue 18): a new workflow touched four files, and forgetting train.PARALLEL_ROLES
     silently merged its parallel instances into one step. Now its Workflow entry is all: per-instance
     steps follow its `parallel`, its stats are logged, and eval.py reports its sections and headline."""
     monkeypatch.setattr(workflows.rewards, "grade", fake_grade)
     out = str(tmp_path / "run")
-    train.main(["--workflow", "debate", "--policy", "ip", "--parallel-steps", mode, "--steps", "2", "--out", out, *SMALL])
+    train.main(["--workflow", "debate", "--policy", "ip", "--parallel-steps", mode, "--steps", "2", "--out", out,
+                *SMALL])
     m = read_metrics(out)
     assert [x["step"] for x in m] == [1, 2]
     for x in m:

@@ -152,7 +152,7 @@ def test_evalopt_flow():
     assert [t.role for t in garble.turns] == ["generator", "evaluator"] * 3
     assert garble.facts["verdicts"] == [None] * 3 and garble.facts["stopped"] == "round_limit"
     assert garble.final == "garble-3 \\boxed{6}" and garble.reward == 0.0
-    assert garble.facts["any_candidate_correct"] and [t.correct for t in garble.turns[::2]] == [False, True, False]
+    assert [t.correct for t in garble.turns[::2]] == [False, True, False]
     assert [t.correct for t in garble.turns[1::2]] == [True, False, True]  # not approving a wrong attempt is right
     # the retry prompt shows the previous attempt and its critique; the evaluator sees the whole history
     retry = [t for t in fake.calls[2][1] if "[fix]" in t][0]
@@ -214,7 +214,6 @@ def test_voting_picks_and_fallbacks():
         assert e.reward == (1.0 if chosen == 2 else 0.0)
         assert [t.correct for t in e.turns[:3]] == [False, True, False]
         assert e.turns[3].correct == (chosen == 2)
-        assert e.facts["any_candidate_correct"]
 
 
 def test_voting_more_voters():
