@@ -33,9 +33,8 @@ import torch
 import lora
 from data import builtin_problems, load_problems
 from models import TINY, load_default_model
-from rewards import final_answer
-from train import checkpoints, mean
-from workflows import ANSWER_ROLES, ROLES, adapter_map, answer_monitor, make_policy, parse_verdict, run_workflow
+from train import checkpoints
+from workflows import WORKFLOWS, adapter_map, answer_monitor, make_policy, mean, run_workflow
 
 EVAL_KEYS = ("n", "temperature", "greedy", "max_new_tokens", "top_p", "max_prompt_tokens", "rounds", "voters",
              "ks", "seed", "chunk")  # settings that evaluate() takes as they are
@@ -59,11 +58,11 @@ def load_adapters(model, path, workflow, transfer=None):
                              f"found {sorted(files)}")
     elif "shared" in files:
         names, mode = {"shared": files["shared"]}, "sp"
-    elif missing := [r for r in ROLES[workflow] if r not in files]:
+    elif missing := [r for r in WORKFLOWS[workflow].roles if r not in files]:
         raise ValueError(f"{path} has no adapter for role(s) {missing} of {workflow} (it has {sorted(files)});"
                          f" --transfer puts a single-agent adapter into another workflow")
     else:
-        names, mode = {r: files[r] for r in ROLES[workflow]}, "ip"
+        names, mode = {r: files[r] for r in WORKFLOWS[workflow].roles}, "ip"
     for name, file in names.items():
         if name in lora.adapter_names(model):  # fresh per checkpoint: another run's rank may differ
             lora.delete_adapter(model, name)
@@ -85,71 +84,28 @@ def evaluate(model, tok, problems, workflow, adapters, task, n=4, temperature=0.
             workflow, problems[i:i + chunk], group, policy, task, rounds, voters, diagnose=True)]
 
     episodes = rollouts(n, temperature)
-    right = np.array([ep.reward > 0 for ep in episodes]).reshape(P, n).sum(1)  # (P,)
+    right = np.array([ep.correct for ep in episodes]).reshape(P, n).sum(1)  # (P,)
     return {"problems": P, "n": n, "pass@1": float(np.mean(right / n)),
             "pass@1_se": float(np.std(right / n, ddof=1) / math.sqrt(P)) if P > 1 else 0.0,
             "pass@k": {str(k): float(np.mean([pass_at_k(n, int(c), k) for c in right])) for k in ks},
-            "greedy": float(np.mean([ep.reward > 0 for ep in rollouts(1, 0.0)])) if greedy else None,
+            "greedy": float(np.mean([ep.correct for ep in rollouts(1, 0.0)])) if greedy else None,
             "status": dict(Counter(ep.status for ep in episodes)),  # no_box, timeout, ...: counted, not hidden
             "diagnostics": diagnostics(workflow, episodes, task)}
 
 
 def diagnostics(workflow, episodes, task="math"):
-    """Counts from graded episodes (Turn.correct as workflows._diagnose sets it): the reward-hacking monitor
-    (answer_top_share, answer_top; per role degenerate_rewarded), per role calls, mean length, truncation and
-    right rates, then the workflow's own. An unparseable verdict is a rejection, as the workflow acts on it,
-    and is also counted apart. Math workers agree when their answers (the monitor's keys) are equal, code
-    workers when all pass or all fail."""
+    """Counts from graded episodes (Turn.correct as workflows.grade_episodes sets it): the reward-hacking
+    monitor (answer_top_share, answer_top; per role degenerate_rewarded), per role calls, mean length,
+    truncation and right rates, then the workflow's own sections (WORKFLOWS[workflow].stats)."""
     monitor, degenerate = answer_monitor(episodes, task)  # the reward-hacking monitor, as train.py logs it
-    out = {"episodes": len(episodes), "accuracy": mean([ep.reward > 0 for ep in episodes]), **monitor, "roles": {}}
-    for role in ROLES[workflow]:
+    out = {"episodes": len(episodes), "accuracy": mean([ep.correct for ep in episodes]), **monitor, "roles": {}}
+    for role in WORKFLOWS[workflow].roles:
         turns = [t for ep in episodes for t in ep.turns if t.role == role]
         out["roles"][role] = {"calls": len(turns), "mean_length": mean([len(t.completion_ids) for t in turns]),
                               "truncation_rate": mean([t.finish == "length" for t in turns]),
                               "correct": mean([t.correct for t in turns if t.correct is not None]),
                               "degenerate_rewarded": degenerate.get(role)}
-    answers = [[bool(t.correct) for t in ep.turns if t.role in ANSWER_ROLES] for ep in episodes]
-    some = [ep.reward > 0 for ep, att in zip(episodes, answers) if any(att)]  # episodes with a right solver
-    if workflow == "evalopt":
-        c = dict.fromkeys(["approved_right", "approved_wrong", "rejected_right", "rejected_wrong", "unparseable"], 0)
-        for ep in episodes:
-            judged = None  # the latest attempt: what the evaluator judges
-            for t in ep.turns:
-                if t.role == "generator":
-                    judged = bool(t.correct)
-                elif t.role == "evaluator" and judged is not None:
-                    verdict = parse_verdict(t.text)
-                    c["unparseable"] += verdict is None
-                    c[("approved_" if verdict == "Correct" else "rejected_") + ("right" if judged else "wrong")] += 1
-        pairs = [(a, b) for att in answers for a, b in zip(att, att[1:])]  # (an attempt, the retry after it)
-        after_wrong, after_right = [b for a, b in pairs if not a], [b for a, b in pairs if a]
-        total = sum(c.values()) - c["unparseable"]  # every verdict, as train.py's verdict_accuracy counts them
-        out["evaluator"] = {**c, "verdict_accuracy": (c["approved_right"] + c["rejected_wrong"]) / total if total
-                            else None, "retried_wrong": len(after_wrong), "retry_fixed": sum(after_wrong),
-                            "retry_fixed_rate": mean(after_wrong), "retried_right": len(after_right),
-                            "retry_broke": len(after_right) - sum(after_right), "mean_rounds": mean([len(a) for a in answers]),
-                            "first_attempt_accuracy": mean([att[0] for att in answers if att])}
-    elif workflow == "voting":
-        picks = [ep.facts["choice_parse"] for ep in episodes if "choice_parse" in ep.facts]
-        out["aggregator"] = {"had_right_candidate": len(some), "picked_right": sum(some), "pick_accuracy": mean(some),
-                             "candidate_accuracy": mean([a for att in answers for a in att]), "picks": len(picks),
-                             "unboxed_picks": sum(how != "boxed" for how in picks),  # a number in the text, or:
-                             "default_picks": sum(how == "default" for how in picks)}  # no number: solution 1
-    elif workflow == "orchworkers":
-        agree = []
-        for ep in episodes:  # math: the same answer (the monitor's key); code: programs rarely match as text
-            keys = [final_answer(t.text, task) if task == "math" else bool(t.correct)
-                    for t in ep.turns if t.role == "worker"]
-            if len(keys) >= 2:
-                agree.append(None not in keys and len(set(keys)) == 1)
-        none = [ep.reward > 0 for ep, att in zip(episodes, answers) if att and not any(att)]
-        out["workers"] = {"multi_worker_episodes": len(agree), "agree": sum(agree), "agreement": mean(agree),
-                          "mean_workers": mean([len(att) for att in answers]),
-                          "any_right": mean([any(att) for att in answers])}
-        synthesized = [ep.reward > 0 for ep in episodes if any(t.role == "synthesizer" for t in ep.turns)]
-        out["synthesizer"] = {"accuracy": mean(synthesized), "had_right_worker": len(some), "kept_right": sum(some),
-                              "no_right_worker": len(none), "fixed": sum(none)}
-    return out
+    return {**out, **WORKFLOWS[workflow].stats(episodes, task)[1]}
 
 
 # ----------------------------------------------------------------------------- tables and plots
@@ -160,21 +116,7 @@ def _f(x, spec=".3f"):
 
 def headline(workflow, d):
     """The workflow's key diagnostics in a few words, for table rows."""
-    if workflow == "evalopt":
-        e = d["evaluator"]
-        return (f"verdict acc {_f(e['verdict_accuracy'], '.2f')} ({e['unparseable']} unparseable), approved wrong "
-                f"{e['approved_wrong']}, rejected right {e['rejected_right']}, "
-                f"retry fixed {e['retry_fixed']}/{e['retried_wrong']}")
-    if workflow == "voting":
-        a = d["aggregator"]
-        return f"picked right {a['picked_right']}/{a['had_right_candidate']}" + (  # older records lack picks
-            f", {a['unboxed_picks']}/{a['picks']} picks without \\boxed{{N}} ({a['default_picks']} with no number: "
-            f"solution 1)" if "picks" in a else "")
-    if workflow == "orchworkers":
-        w, s = d["workers"], d["synthesizer"]
-        return (f"workers agree {w['agree']}/{w['multi_worker_episodes']}, synth kept right {s['kept_right']}/"
-                f"{s['had_right_worker']}, fixed {s['fixed']}/{s['no_right_worker']}")
-    return ""
+    return WORKFLOWS[workflow].headline(d)
 
 
 def format_result(r):
@@ -188,9 +130,9 @@ def format_result(r):
     for role, s in d["roles"].items():  # degenerate: share of the role's rewarded answers (older records: -)
         lines.append(f"{role:<13}{s['calls']:>7}{_f(s['mean_length'], '.1f'):>10}{_f(s['truncation_rate'], '.2f'):>8}"
                      f"{_f(s['correct'], '.2f'):>8}{_f(s.get('degenerate_rewarded'), '.2f'):>12}")
-    for part in ("evaluator", "aggregator", "workers", "synthesizer"):
-        if part in d:
-            text = ", ".join(f"{k} {_f(v) if v is None or isinstance(v, float) else v}" for k, v in d[part].items())
+    for part, section in d.items():  # the workflow's own sections (WORKFLOWS[workflow].stats)
+        if isinstance(section, dict) and part != "roles":
+            text = ", ".join(f"{k} {_f(v) if v is None or isinstance(v, float) else v}" for k, v in section.items())
             lines.append(textwrap.fill(f"{part}: {text}", 110, subsequent_indent="  "))
     return lines
 
@@ -293,7 +235,7 @@ def parse_args(argv=None):
     p.add_argument("--compare", nargs="+", default=None, help="run directories to compare from their eval.jsonl")
     p.add_argument("--every", type=int, default=1, help="--run: every K-th checkpoint step (and always the last)")
     p.add_argument("--model", default=None, help="hub name, folder, .gguf or 'tiny' (default: Qwen3-0.6B, else tiny)")
-    p.add_argument("--workflow", choices=list(ROLES), default=None, help="workflow (default single; --run: the run's)")
+    p.add_argument("--workflow", choices=list(WORKFLOWS), default=None, help="workflow (default single; --run: the run's)")
     p.add_argument("--task", choices=["math", "code"], default=None, help="default math; --run: the run's")
     p.add_argument("--adapters", default=None, help="a checkpoint folder, or a run directory (its last checkpoint)")
     p.add_argument("--transfer", choices=["all", "solvers"], default=None,

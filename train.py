@@ -5,13 +5,15 @@
     python train.py --out runs/v-merged --resume                    # continue where it stopped
 
 One training step: draw --problems problems, roll each out --group times through the workflow in
-lock-step (workflows.py), score the final answers (rewards.py), give every turn the GRPO advantage
-of its group (problem, instance name), recompute the old log-probs that an adapter's later steps
-need, then update.
+lock-step (workflows.py), score the final answers (rewards.py; plus workflows.reward_shaping's term
+in the training reward, none by default, never in the logged accuracy), give every turn the GRPO
+advantage of its group (problem, instance name), recompute the old log-probs that an adapter's
+later steps need, then update.
 - SP (shared policy): one LoRA adapter "shared" and one AdamW; one optimizer step over all rows.
 - IP (isolated policy): one adapter + AdamW per role type, each stepping only on its own rows.
-  Parallel roles (Voting's voters, Orch-Workers' workers) take one step per instance
-  (--parallel-steps per-instance, the reference) or one step over all instances (merged).
+  Parallel roles (a workflow's `parallel` in workflows.WORKFLOWS: Voting's voters, Orch-Workers'
+  workers) take one step per instance (--parallel-steps per-instance, the reference) or one step
+  over all instances (merged).
 The token weighting of the loss is explicit (--loss-agg, --role-weights) and each role's share of
 it is logged, as is everything in metrics.jsonl, with a reward-hacking monitor (the most common
 final answer's share, degenerate rewarded answers per role: workflows.answer_monitor). Checkpoints
@@ -68,9 +70,8 @@ import grpo
 import lora
 from data import builtin_problems, load_problems
 from models import TINY, load_default_model
-from workflows import ROLES, adapter_map, answer_monitor, grade_episodes, make_policy, run_workflow
+from workflows import WORKFLOWS, adapter_map, answer_monitor, grade_episodes, make_policy, mean, run_workflow
 
-PARALLEL_ROLES = {("voting", "generator"), ("orchworkers", "worker")}  # instances share an adapter
 # Defaults that depend on the model: (real model, tiny smoke run). The tiny model learns nothing,
 # so its run only has to exercise every code path quickly on a 2-core CPU.
 SIZED = {"steps": (200, 6), "problems": (16, 4), "group": (8, 4), "max_new_tokens": (512, 24)}
@@ -79,7 +80,7 @@ SIZED = {"steps": (200, 6), "problems": (16, 4), "group": (8, 4), "max_new_token
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     # what to train
-    p.add_argument("--workflow", choices=list(ROLES), default="evalopt", help="the workflow to train")
+    p.add_argument("--workflow", choices=list(WORKFLOWS), default="evalopt", help="the workflow to train")
     p.add_argument("--policy", choices=["sp", "ip"], default="ip", help="shared or isolated adapters")
     p.add_argument("--task", choices=["math", "code"], default="math", help="task family")
     p.add_argument("--model", default=None, help="hub name, local folder, .gguf file or 'tiny' "
@@ -163,10 +164,6 @@ def parse_role_values(flag, text):
 
 def role_value(values, role):
     return values.get(role, values.get(None, 0.0))
-
-
-def mean(xs):
-    return float(np.mean(xs)) if len(xs) else None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -316,7 +313,7 @@ def draw(problems, consumed, count, seed):
 # the update
 
 def update_groups(rows, slots, args):
-    """(adapter, row indices) per optimizer step, in order. IP updates roles in ROLES order; the
+    """(adapter, row indices) per optimizer step, in order. IP updates roles in the workflow's order; the
     order does not matter because each adapter only changes its own rows' log-probs, and the old
     log-probs of an adapter with several steps are computed before its first. Under torchrun the
     steps are those of the whole batch (the union over ranks), so a rank with no rows for a step
@@ -324,9 +321,10 @@ def update_groups(rows, slots, args):
     live = [i for i, r in enumerate(rows) if r.completion_ids]
     if args.policy == "sp":
         return [("shared", live)]
-    per_instance = lambda role: args.parallel_steps == "per-instance" and (args.workflow, role) in PARALLEL_ROLES
+    workflow = WORKFLOWS[args.workflow]
+    per_instance = lambda role: args.parallel_steps == "per-instance" and role in workflow.parallel
     steps = {(rows[i].role, slots[i] if per_instance(rows[i].role) else -1) for i in live}  # -1: all slots
-    steps = sorted(set().union(*gather(steps)), key=lambda k: (ROLES[args.workflow].index(k[0]), k[1]))
+    steps = sorted(set().union(*gather(steps)), key=lambda k: (workflow.roles.index(k[0]), k[1]))
     return [(role, [i for i in live if rows[i].role == role and k in (-1, slots[i])]) for role, k in steps]
 
 
@@ -419,7 +417,7 @@ def train_step(model, tok, problems, args, optimizers, gen, step):
     episodes = run_workflow(args.workflow, problems, args.group, policy_for(model, tok, args, gen),
                             task=args.task, rounds=args.rounds, n_voters=args.voters, grade=False)
     t_rollout = time.perf_counter()
-    grade_episodes(args.workflow, episodes, problems, args.group)
+    grade_episodes(episodes, problems, args.group)
     rows, keys, slots = [], [], []
     for ep in episodes:
         seen = {}
@@ -457,7 +455,7 @@ def train_step(model, tok, problems, args, optimizers, gen, step):
                             target[i] = lp
     t2 = time.perf_counter()
 
-    stats = {role: role_stats() for role in ROLES[args.workflow]}
+    stats = {role: role_stats() for role in WORKFLOWS[args.workflow].roles}
     skipped = 0
     for adapter, idx in groups:  # update_groups names the adapter: "shared" under SP, the role under IP
         pick = lambda xs: [xs[i] for i in idx]
@@ -476,8 +474,9 @@ def train_step(model, tok, problems, args, optimizers, gen, step):
             s.update({k: sum(p[3][role][j] for p in parts) for j, k in enumerate(summed)})
             s["losses"] = [sum(x) for x in zip(*[p[3][role][-1] for p in parts])]  # per step: every rank walks each
 
-    metrics = {"step": step, "reward_mean": float(np.mean([ep.reward for ep in episodes])),
-               "accuracy": float(np.mean([ep.reward == 1.0 for ep in episodes])),
+    # reward_mean: the training reward (outcome + workflows.reward_shaping); accuracy: the 0/1 outcome alone
+    metrics = {"step": step, "reward_mean": float(np.mean([ep.reward + ep.shaping for ep in episodes])),
+               "accuracy": float(np.mean([ep.correct for ep in episodes])),
                "episodes": len(episodes), "rows": len(rows), "singleton_groups": singletons,
                "zero_advantage_rows": sum(a == 0 for a in adv), "optimizer_steps": len(groups),
                "skipped_steps": skipped, "grade_status": dict(Counter(ep.status for ep in episodes)),
@@ -501,31 +500,11 @@ def train_step(model, tok, problems, args, optimizers, gen, step):
                ("clip_fraction", "clipped"), ("kl", "kl_sum"), ("logprob_gap", "gap_sum"))},
             "optimizer_steps": s["optimizer_steps"],
             "diag_correct": mean([r.correct for r in mine if r.correct is not None])}
-    metrics["workflow"] = workflow_facts(args.workflow, episodes)
+    metrics["workflow"] = WORKFLOWS[args.workflow].stats(episodes, args.task)[0]
     metrics["time"] = {"rollout": t_rollout - t0, "reward": t1 - t_rollout, "old_logprobs": t2 - t1,
                        "update": t3 - t2, "total": t3 - t0, "ranks": world()[1],  # times are rank 0's
                        "rollout_tokens_per_s": sum(len(r.completion_ids) for r in rows) / max(t_rollout - t0, 1e-9)}
     return metrics, episodes
-
-
-def workflow_facts(workflow, episodes):
-    """Per-workflow facts for the log, from the episodes' facts (diagnostics, not training)."""
-    facts = [ep.facts for ep in episodes]
-    if workflow == "evalopt":
-        verdicts = [v for f in facts for v in f.get("verdict_correct", [])]
-        return {"retry_rate": mean([f.get("rounds", 1) > 1 for f in facts]),
-                "mean_rounds": mean([f.get("rounds", 1) for f in facts]),
-                "verdict_accuracy": mean(verdicts),  # an unparseable verdict counts as "not approved"
-                "verdict_unparseable": mean([v is None for f in facts for v in f.get("verdicts", [])])}
-    if workflow == "voting":
-        return {"pick_accuracy": mean([f["pick_correct"] for f in facts if f.get("any_candidate_correct")]),
-                "pick_unboxed": mean([f["choice_parse"] != "boxed" for f in facts if "choice_parse" in f]),
-                "pick_default": mean([f["choice_parse"] == "default" for f in facts if "choice_parse" in f]),
-                "any_candidate_correct": mean([bool(f.get("any_candidate_correct")) for f in facts])}
-    if workflow == "orchworkers":
-        return {"mean_strategies": mean([f.get("n_strategies", 0) for f in facts]),
-                "any_worker_correct": mean([bool(f.get("any_worker_correct")) for f in facts])}
-    return {}
 
 
 def evaluate(model, tok, problems, args):
@@ -535,7 +514,7 @@ def evaluate(model, tok, problems, args):
     gen = torch.Generator(device=next(model.parameters()).device).manual_seed(args.seed + 10_000)
     episodes = run_workflow(args.workflow, problems, 1, policy_for(model, tok, args, gen), task=args.task,
                             rounds=args.rounds, n_voters=args.voters)
-    return float(np.mean([ep.reward for ep in episodes]))
+    return float(np.mean([ep.correct for ep in episodes]))
 
 
 def write_sample(out, step, episode):
@@ -599,7 +578,7 @@ def run(args):
     os.makedirs(args.out, exist_ok=True)
 
     torch.manual_seed(args.seed)  # the same on every rank: the adapters start equal
-    adapters = ["shared"] if args.policy == "sp" else list(ROLES[args.workflow])
+    adapters = ["shared"] if args.policy == "sp" else list(WORKFLOWS[args.workflow].roles)
     targets = args.lora_targets.split(",") if args.lora_targets else None
     try:
         for name in adapters:

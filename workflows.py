@@ -1,5 +1,8 @@
 """The four workflows of the paper (single agent, Eval-Opt, Voting, Orch-Workers) for math and code,
-run as lock-step batches of episodes, and the records (Turn, Episode) that training consumes.
+run as lock-step batches of episodes, and the records (Turn, Episode) that training consumes. Each
+workflow is defined once, in WORKFLOWS (a Workflow: its function, roles, parallel roles, diagnostics);
+train.py and eval.py hold no per-workflow code, so a new workflow is its prompts, its function and
+its entry here.
 
 `run_workflow(workflow, problems, group_size, policy)` rolls out every problem `group_size` times.
 All episodes advance together: each stage is ONE call `policy(role, texts)` over every episode still
@@ -10,10 +13,12 @@ episodes not approved, ...), so a stage is one batched sampler call under one ad
 this code; they differ only in the adapters mapping (SP {r: "shared"}, IP {r: r}, base {r: None},
 single-agent transfer {r: "generator"}).
 
-The final answer is graded with `rewards.grade` and its 0/1 is copied to every turn (the reference's
-outcome broadcast: no role gets its own credit). With `diagnose=True` the intermediate answers are
-graded too (each Eval-Opt attempt, each voter, each worker) to fill `Turn.correct` and
-`facts["any_candidate_correct"]`: for logging only, never for training. `answer_monitor` reads graded
+The final answer is graded with `rewards.grade`: its 0/1 is the episode's outcome (Episode.reward;
+every accuracy reads Episode.correct), and the outcome plus `reward_shaping`'s term (0 unless a fork
+adds one) is every turn's training reward (the reference's outcome broadcast: no role gets its own
+credit). With `diagnose=True` the intermediate answers are graded too (each Eval-Opt attempt, each
+voter, each worker) to fill `Turn.correct`, which each workflow's stats sum up: for logging only,
+never for training. `answer_monitor` reads graded
 episodes for the reward-hacking monitor of train.py and eval.py (the most common answer, degenerate ones).
 
 Over-long prompts (the one rule): a prompt longer than `max_prompt_tokens` is not sampled and gives
@@ -29,7 +34,10 @@ Tests: python -m pytest -q tests/test_workflows.py
 """
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
+
+import numpy as np
 
 import lora
 import rewards
@@ -84,8 +92,6 @@ for _p, _answer in ((PROMPTS["math"], _MATH_ANSWER), (PROMPTS["code"], _CODE_ANS
                    "\n\nWrite a new, complete solution that fixes the issues the reviewer raised. " + _answer)
 ATTEMPT, REVIEW, SOLUTION = "Attempt {k}:\n{text}", "Review of attempt {k}:\n{text}", "Solution {k}:\n{text}"
 
-ROLES = {"single": ["generator"], "evalopt": ["generator", "evaluator"],
-         "voting": ["generator", "aggregator"], "orchworkers": ["orchestrator", "worker", "synthesizer"]}
 DEFAULT_ROUNDS = {"math": 3, "code": 2}  # Eval-Opt generator attempts, as the reference
 ANSWER_ROLES = ("generator", "worker")  # turns that are a full answer (graded when diagnosing)
 MONITORED_ROLES = ANSWER_ROLES + ("synthesizer",)  # turns that are answers: + the synthesizer's final one
@@ -151,7 +157,7 @@ class Turn:
     logprobs: list[float]        # (len(completion_ids),)
     finish: str
     text: str
-    reward: float = 0.0          # the episode's reward, copied (outcome broadcast)
+    reward: float = 0.0          # the training reward: the episode's outcome + shaping, copied (outcome broadcast)
     correct: bool | None = None  # diagnostic only: was this attempt / verdict / pick right
 
 
@@ -160,15 +166,35 @@ class Episode:
     """facts: always prompt_too_long. Eval-Opt: rounds (attempts), verdicts ('Correct' / 'Incorrect' /
     None = unparseable), retried, stopped ('approved' / 'round_limit' / 'prompt_too_long'). Voting:
     n_candidates, chosen (1-based), choice_parse. Orch-Workers: n_strategies, strategy_parse, n_workers.
-    With diagnose: any_candidate_correct, and attempts_correct + verdict_correct (Eval-Opt),
-    pick_correct (Voting), any_worker_correct (Orch-Workers)."""
+    Which answers, verdicts and picks were right (diagnose) is in Turn.correct."""
     problem_id: str
     rollout: int                 # index within its problem's group
     turns: list[Turn] = field(default_factory=list)
     final: str | None = None     # the final answer text; None when the episode never got one
-    reward: float = 0.0
+    reward: float = 0.0          # the outcome: rewards.py's 0/1 for the final answer, never shaped
     status: str = ""             # grading status from rewards, or "prompt_too_long"
     facts: dict = field(default_factory=lambda: {"prompt_too_long": False})
+    shaping: float = 0.0         # reward_shaping's term: in the turns' training reward, never in the outcome
+
+    @property
+    def correct(self):
+        """The 0/1 outcome as a bool: what every accuracy counts (train.py's, pass@1, right picks), so that a
+        shaping term in the training reward never changes them."""
+        return self.reward == 1.0
+
+
+@dataclass
+class Workflow:
+    """One workflow, defined once: train.py and eval.py read everything workflow-specific from its entry
+    in WORKFLOWS. Its prompts are PROMPTS[task][role]. Role names mean the same in every workflow:
+    ANSWER_ROLES' turns are answers (graded when diagnosing, given to the solvers' adapter by
+    --transfer solvers), "evaluator" turns are verdicts (_verdicts)."""
+    run: Callable          # run(eps, probs, tasks, policy, **settings): fills every episode's turns, final, facts
+    roles: list[str]       # role types, in update order; under IP each trains its own adapter
+    parallel: tuple = ()   # roles with several instances per episode sharing one adapter: under IP one
+                           # optimizer step per instance (--parallel-steps per-instance) or one merged step
+    stats: Callable = lambda episodes, task: ({}, {})  # -> (train.py's metrics["workflow"], eval.py's sections)
+    headline: Callable = lambda sections: ""          # the sections in a few words, for eval.py's tables
 
 
 # ----------------------------------------------------------------------------- policy
@@ -177,7 +203,7 @@ def adapter_map(workflow, mode):
     """role -> adapter name, the `adapters` of make_policy. mode: base, sp (train.py's SP), ip (IP: each role type its
     own), or all / solvers (a single-agent adapter, loaded as "transfer", on every role / on the answer roles only)."""
     return {r: {"base": None, "sp": "shared", "ip": r, "all": "transfer",
-                "solvers": "transfer" if r in ANSWER_ROLES else None}[mode] for r in ROLES[workflow]}
+                "solvers": "transfer" if r in ANSWER_ROLES else None}[mode] for r in WORKFLOWS[workflow].roles}
 
 
 def make_policy(model, tokenizer, adapters, max_new_tokens=512, temperature=0.7, top_p=1.0, top_k=0,
@@ -232,8 +258,43 @@ def _history(attempts, reviews):
                        for part in [ATTEMPT.format(k=k, text=a)] + [REVIEW.format(k=k, text=r) for r in reviews[k - 1:k]])
 
 
+# ----------------------------------------------------------------------------- diagnostics helpers
+# Logging only, never training: what train.py logs per step and eval.py reports, from graded episodes.
+
+def mean(xs):
+    return float(np.mean(xs)) if len(xs) else None
+
+
+def _answers_right(ep):
+    """Was each answer turn (ANSWER_ROLES) of the episode graded right, in order (not graded: False)."""
+    return [bool(t.correct) for t in ep.turns if t.role in ANSWER_ROLES]
+
+
+def _verdicts(ep):
+    """Eval-Opt's verdict accounting, its one place: [(turn, verdict, kind)] per evaluator turn. verdict:
+    parse_verdict's, None when unparseable, which counts as not approved (as the workflow acts on it).
+    kind: approved_right, approved_wrong, rejected_right or rejected_wrong, by whether the attempt it
+    judged (the latest answer turn before it) is right by its Turn.correct; None when that was not graded.
+    A verdict is right when it approves exactly the right attempts: kind in RIGHT_VERDICTS."""
+    out, judged = [], None
+    for t in ep.turns:
+        if t.role in ANSWER_ROLES:
+            judged = t.correct
+        elif t.role == "evaluator":
+            verdict = parse_verdict(t.text)
+            out.append((t, verdict, None if judged is None else
+                        ("approved_" if verdict == "Correct" else "rejected_") + ("right" if judged else "wrong")))
+    return out
+
+
+RIGHT_VERDICTS = ("approved_right", "rejected_wrong")
+
+
 # ----------------------------------------------------------------------------- workflows
-# Each fills episode.turns, .final and .facts; `tasks[i]` picks episode i's prompts.
+# Each workflow: its function, which fills episode.turns, .final and .facts (`tasks[i]` picks episode i's
+# prompts); its stats(episodes, task) -> (train.py's metrics["workflow"], eval.py's diagnostic sections);
+# its headline(sections) for eval.py's tables (sections may come from older eval.jsonl records); its
+# entry in WORKFLOWS.
 
 def _single(eps, probs, tasks, policy, **_):
     jobs = [(i, "generator", PROMPTS[tasks[i]]["generator"].format(problem=p["prompt"])) for i, p in enumerate(probs)]
@@ -272,6 +333,31 @@ def _evalopt(eps, probs, tasks, policy, rounds=None, **_):
         ep.facts.update(rounds=len(attempts[i]), retried=len(attempts[i]) > 1)
 
 
+def _evalopt_stats(episodes, task):
+    judged = [(verdict, kind) for ep in episodes for _, verdict, kind in _verdicts(ep) if kind]  # graded verdicts
+    c = {k: sum(kind == k for _, kind in judged) for k in ("approved_right", "approved_wrong", "rejected_right",
+                                                           "rejected_wrong")}
+    c["unparseable"] = sum(verdict is None for verdict, _ in judged)
+    accuracy = mean([kind in RIGHT_VERDICTS for _, kind in judged])
+    attempts = [_answers_right(ep) for ep in episodes]
+    pairs = [(a, b) for att in attempts for a, b in zip(att, att[1:])]  # (an attempt, the retry after it)
+    after_wrong, after_right = [b for a, b in pairs if not a], [b for a, b in pairs if a]
+    rounds = mean([len(att) for att in attempts])
+    return ({"retry_rate": mean([len(att) > 1 for att in attempts]), "mean_rounds": rounds,
+             "verdict_accuracy": accuracy, "verdict_unparseable": mean([verdict is None for verdict, _ in judged])},
+            {"evaluator": {**c, "verdict_accuracy": accuracy, "retried_wrong": len(after_wrong),
+                           "retry_fixed": sum(after_wrong), "retry_fixed_rate": mean(after_wrong),
+                           "retried_right": len(after_right), "retry_broke": len(after_right) - sum(after_right),
+                           "mean_rounds": rounds, "first_attempt_accuracy": mean([att[0] for att in attempts if att])}})
+
+
+def _evalopt_headline(d):
+    e = d["evaluator"]
+    accuracy = "-" if e["verdict_accuracy"] is None else format(e["verdict_accuracy"], ".2f")
+    return (f"verdict acc {accuracy} ({e['unparseable']} unparseable), approved wrong {e['approved_wrong']}, "
+            f"rejected right {e['rejected_right']}, retry fixed {e['retry_fixed']}/{e['retried_wrong']}")
+
+
 def _answers(policy, role, eps, jobs, count_key):
     """One stage of parallel solvers: the texts each episode got, in order (too-long prompts skipped);
     how many each got goes to its facts[count_key]."""
@@ -300,6 +386,24 @@ def _voting(eps, probs, tasks, policy, n_voters=3, **_):
         eps[i].facts.update(chosen=choice, choice_parse=how)
 
 
+def _voting_stats(episodes, task):
+    some = [ep.correct for ep in episodes if any(_answers_right(ep))]  # a right candidate: was it picked?
+    picks = [ep.facts["choice_parse"] for ep in episodes if "choice_parse" in ep.facts]
+    unboxed, default = [how != "boxed" for how in picks], [how == "default" for how in picks]  # default: solution 1
+    return ({"pick_accuracy": mean(some), "pick_unboxed": mean(unboxed), "pick_default": mean(default),
+             "any_candidate_correct": mean([any(_answers_right(ep)) for ep in episodes])},
+            {"aggregator": {"had_right_candidate": len(some), "picked_right": sum(some), "pick_accuracy": mean(some),
+                            "candidate_accuracy": mean([a for ep in episodes for a in _answers_right(ep)]),
+                            "picks": len(picks), "unboxed_picks": sum(unboxed), "default_picks": sum(default)}})
+
+
+def _voting_headline(d):
+    a = d["aggregator"]
+    return f"picked right {a['picked_right']}/{a['had_right_candidate']}" + (  # older records lack picks
+        f", {a['unboxed_picks']}/{a['picks']} picks without \\boxed{{N}} ({a['default_picks']} with no number: "
+        f"solution 1)" if "picks" in a else "")
+
+
 def _orchworkers(eps, probs, tasks, policy, max_strategies=3, **_):
     jobs = [(i, "orchestrator", PROMPTS[tasks[i]]["orchestrator"].format(problem=p["prompt"], k=max_strategies))
             for i, p in enumerate(probs)]
@@ -316,7 +420,40 @@ def _orchworkers(eps, probs, tasks, policy, max_strategies=3, **_):
         eps[i].final = t.text
 
 
-WORKFLOWS = {"single": _single, "evalopt": _evalopt, "voting": _voting, "orchworkers": _orchworkers}
+def _orchworkers_stats(episodes, task):
+    """Workers agree when their answers are equal (math: the monitor's keys) or all pass or all fail (code:
+    programs rarely match as text); with fewer than two workers there is nothing to agree on."""
+    key = (lambda t: rewards.final_answer(t.text, task)) if task == "math" else (lambda t: bool(t.correct))
+    teams = [[key(t) for t in ep.turns if t.role == "worker"] for ep in episodes]
+    agree = [None not in keys and len(set(keys)) == 1 for keys in teams if len(keys) >= 2]
+    workers = [_answers_right(ep) for ep in episodes]
+    some = [ep.correct for ep, w in zip(episodes, workers) if any(w)]  # a right worker: did the synthesis keep it?
+    none = [ep.correct for ep, w in zip(episodes, workers) if w and not any(w)]  # none: did it fix them?
+    any_right = mean([any(w) for w in workers])
+    return ({"mean_strategies": mean([ep.facts.get("n_strategies", 0) for ep in episodes]),
+             "any_worker_correct": any_right},
+            {"workers": {"multi_worker_episodes": len(agree), "agree": sum(agree), "agreement": mean(agree),
+                         "mean_workers": mean([len(w) for w in workers]), "any_right": any_right},
+             "synthesizer": {"accuracy": mean([ep.correct for ep in episodes
+                                               if any(t.role == "synthesizer" for t in ep.turns)]),
+                             "had_right_worker": len(some), "kept_right": sum(some),
+                             "no_right_worker": len(none), "fixed": sum(none)}})
+
+
+def _orchworkers_headline(d):
+    w, s = d["workers"], d["synthesizer"]
+    return (f"workers agree {w['agree']}/{w['multi_worker_episodes']}, synth kept right {s['kept_right']}/"
+            f"{s['had_right_worker']}, fixed {s['fixed']}/{s['no_right_worker']}")
+
+
+WORKFLOWS = {  # the registry: a new workflow is one more entry (train.py --workflow and eval.py take it)
+    "single": Workflow(_single, ["generator"]),
+    "evalopt": Workflow(_evalopt, ["generator", "evaluator"], (), _evalopt_stats, _evalopt_headline),
+    "voting": Workflow(_voting, ["generator", "aggregator"], ("generator",), _voting_stats, _voting_headline),
+    "orchworkers": Workflow(_orchworkers, ["orchestrator", "worker", "synthesizer"], ("worker",),
+                            _orchworkers_stats, _orchworkers_headline),
+}
+ROLES = {name: w.roles for name, w in WORKFLOWS.items()}  # the built-in workflows' roles (use WORKFLOWS[w].roles)
 
 
 # ----------------------------------------------------------------------------- run + grade
@@ -335,15 +472,25 @@ def run_workflow(workflow, problems, group_size, policy, task=None, rounds=None,
     tasks = [task or p["task"] for p in probs]
     for t in set(tasks) - set(PROMPTS):
         raise ValueError(f"unknown task {t!r}; choose from {list(PROMPTS)}")
-    WORKFLOWS[workflow](eps, probs, tasks, policy, rounds=rounds, n_voters=n_voters, max_strategies=max_strategies)
+    WORKFLOWS[workflow].run(eps, probs, tasks, policy, rounds=rounds, n_voters=n_voters, max_strategies=max_strategies)
     if grade:
-        grade_episodes(workflow, eps, problems, group_size, diagnose)
+        grade_episodes(eps, problems, group_size, diagnose)
     return eps
 
 
-def grade_episodes(workflow, eps, problems, group_size, diagnose=True):
+def reward_shaping(episode, problem):
+    """The one place for reward shaping, e.g. a format reward (0.1 when every turn stopped by itself, a
+    penalty for a missing \\boxed{}): a term added to the training reward of every turn of the graded
+    `episode` (its .reward is the 0/1 outcome) of `problem`. It moves the advantages, never the outcome:
+    accuracy, pass@1 and the diagnostics read Episode.correct. None here: the reference trains on the
+    outcome alone."""
+    return 0.0
+
+
+def grade_episodes(eps, problems, group_size, diagnose=True):
     """Grade every final answer, plus (diagnose) every intermediate answer, in ONE rewards.grade call;
-    identical (episode, text) pairs are graded once (code grading runs subprocesses)."""
+    identical (episode, text) pairs are graded once (code grading runs subprocesses). Each turn's
+    training reward is the episode's outcome plus reward_shaping's term."""
     wanted = {(i, ep.final) for i, ep in enumerate(eps) if ep.final is not None}
     if diagnose:
         wanted |= {(i, t.text) for i, ep in enumerate(eps) for t in ep.turns if t.role in ANSWER_ROLES}
@@ -353,34 +500,24 @@ def grade_episodes(workflow, eps, problems, group_size, diagnose=True):
     for i, ep in enumerate(eps):
         reward, ep.status = (0.0, "prompt_too_long") if ep.final is None else graded[(i, ep.final)]
         ep.reward = float(reward)
+        ep.shaping = reward_shaping(ep, problems[i // group_size])
         for t in ep.turns:
-            t.reward = ep.reward
+            t.reward = ep.reward + ep.shaping
         if diagnose:
-            _diagnose(workflow, ep, lambda text: graded[(i, text)][0] > 0)
+            _diagnose(ep, lambda text: graded[(i, text)][0] > 0)
 
 
-def _diagnose(workflow, ep, right):
-    """Turn.correct from `right(text)` (was this answer graded right?): an answer turn is right when
-    its answer is; a verdict is right when it approves exactly the right attempts (unparseable =
-    not approved, as the workflow acts on it); a pick or synthesis is right when the final answer is.
-    Then per-episode summaries in facts, the keys train.py and eval.py log."""
-    judged = None  # the latest answer turn: what an evaluator judges
+def _diagnose(ep, right):
+    """Turn.correct from `right(text)` (was this answer graded right?): an answer turn is right when its
+    answer is; a verdict when it approves exactly the right attempts (_verdicts); a pick or synthesis
+    when the final answer is."""
     for t in ep.turns:
         if t.role in ANSWER_ROLES:
-            t.correct = judged = right(t.text)
-        elif t.role == "evaluator":
-            t.correct = None if judged is None else (parse_verdict(t.text) == "Correct") == judged
+            t.correct = right(t.text)
         elif t.role in ("aggregator", "synthesizer"):
-            t.correct = ep.reward > 0
-    answers = [t.correct for t in ep.turns if t.role in ANSWER_ROLES]
-    if workflow == "evalopt":
-        ep.facts.update(attempts_correct=answers,
-                        verdict_correct=[t.correct for t in ep.turns if t.role == "evaluator"])
-    elif workflow == "voting":  # no aggregator turn (prompt too long) = no right pick
-        ep.facts["pick_correct"] = any(t.correct for t in ep.turns if t.role == "aggregator")
-    elif workflow == "orchworkers":
-        ep.facts["any_worker_correct"] = any(answers)
-    ep.facts["any_candidate_correct"] = any(answers)
+            t.correct = ep.correct
+    for t, _, kind in _verdicts(ep):
+        t.correct = None if kind is None else kind in RIGHT_VERDICTS
 
 
 def answer_monitor(episodes, task):
@@ -388,13 +525,13 @@ def answer_monitor(episodes, task):
     a degenerate one (rewards.degenerate: infinity, NaN, a program overriding __eq__, ...). Returns
     ({"answer_top_share": share of the final answers (episodes whose final text has one, rewards.final_answer)
     equal to the most common one, "answer_top": that answer, its first 80 characters}, {role: share of its
-    rewarded (reward 1) answer turns that are degenerate, None without any}); answer turns are those of
+    rewarded (outcome 1) answer turns that are degenerate, None without any}); answer turns are those of
     MONITORED_ROLES (an evaluator, aggregator or orchestrator turn answers nothing). Values None when empty."""
     keys = Counter(rewards.final_answer(ep.final, task) for ep in episodes if ep.final is not None)
     keys.pop(None, None)  # a final text without an answer (no \boxed{}, no code block) is not counted
     top, n = keys.most_common(1)[0] if keys else (None, 0)
     rewarded = {t.role: [] for ep in episodes for t in ep.turns if t.role in MONITORED_ROLES}
-    for t in (t for ep in episodes for t in ep.turns if t.role in rewarded and t.reward == 1):
+    for t in (t for ep in episodes if ep.correct for t in ep.turns if t.role in rewarded):
         rewarded[t.role].append(rewards.degenerate(t.text, task))
     return ({"answer_top_share": n / keys.total() if keys else None, "answer_top": top and top[:80]},
             {role: sum(d) / len(d) if d else None for role, d in rewarded.items()})

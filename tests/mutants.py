@@ -40,6 +40,7 @@ def ids(file, *names):
 
 
 GRPO, LORA, WORKFLOWS, EVAL = ids("test_grpo.py"), ids("test_lora.py"), ids("test_workflows.py"), ids("test_eval.py")
+EXTENDING = ids("test_extending.py")  # a workflow registered by a test; reward shaping
 # train.py's tests that do not run train.main (seconds, not tens of seconds); the two runs some mutants need
 TRAIN = ids("test_train.py", "test_lr_schedule_by_hand",
             "test_one_update_moves_the_completion_in_the_direction_of_its_advantage",
@@ -148,6 +149,19 @@ MUTANTS = [
     ("voting-final-is-first-candidate", "workflows.py", "_voting",
      "eps[i].final = candidates[i][choice - 1]", "eps[i].final = candidates[i][0]", WORKFLOWS),
     ("voters-share-one-instance", "workflows.py", "_voting", 'f"generator{k}"', '"generator"', WORKFLOWS),
+    ("unparseable-verdict-counted-as-approval", "workflows.py", "_verdicts",
+     '("approved_" if verdict == "Correct" else "rejected_")', '("approved_" if verdict != "Incorrect" else "rejected_")',
+     WORKFLOWS + EVAL),
+    # issue 18: one place per workflow, reward shaping kept out of the outcome
+    ("parallel-roles-hard-coded", "train.py", "update_groups", "role in workflow.parallel",
+     'role in {"voting": ["generator"], "orchworkers": ["worker"]}.get(args.workflow, [])', EXTENDING),
+    ("shaping-added-to-outcome", "workflows.py", "grade_episodes",
+     "ep.shaping = reward_shaping(", "ep.reward += reward_shaping(", EXTENDING),
+    ("shaping-not-in-training-reward", "workflows.py", "grade_episodes",
+     "t.reward = ep.reward + ep.shaping", "t.reward = ep.reward", EXTENDING),
+    ("monitor-counts-training-reward", "workflows.py", "answer_monitor",
+     "for ep in episodes if ep.correct for t in ep.turns if t.role in rewarded",
+     "for ep in episodes for t in ep.turns if t.role in rewarded and t.reward == 1", EXTENDING),
     # rewards.py (concepts that outlive the rewrite in progress; patterns may need updating)
     ("extract-code-first-block", "rewards.py", "extract_code", "or [None])[-1]", "or [None])[0]", REWARDS),
     ("io-test-output-not-compared", "rewards.py", "code_check",
