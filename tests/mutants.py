@@ -130,6 +130,8 @@ MUTANTS = [
      "m.base.weight.data, m.active = data, name", "m.active = name", LORA),
     ("set-adapter-leaves-others-trainable", "lora.py", "set_adapter",
      "p.requires_grad_(False)", "p.requires_grad_(p.requires_grad)", LORA),
+    ("adapter-added-in-train-mode", "lora.py", "add_adapter",
+     "layer.train(layer.base.training)", "layer.train(True)", LORA),
     # sampler.py
     ("top-k-drops-kth-token", "sampler.py", "pick", "scaled < kth", "scaled <= kth", SAMPLER),
     ("logprobs-of-truncated-distribution", "sampler.py", "pick",

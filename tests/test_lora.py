@@ -247,6 +247,22 @@ def test_dropout_only_in_train_mode(ids):
     assert torch.equal(logits(model, ids), logits(model, ids))
 
 
+def test_adapter_added_to_an_eval_model_does_not_drop_out(ids):
+    """Regression: LoRALinear wrappers and their Dropout were created in train mode inside an eval model, so an
+    adapter with dropout added (or loaded: load_adapter creates it with the file's dropout) after model.eval()
+    dropped out in every forward until the next .eval() or .train(): eval logits were noisy (a PEFT adapter with
+    lora_dropout 0.1 did not match PEFT), and train.py's first old log-probs, meant without dropout, had it."""
+    model = tiny_model()                             # in eval mode
+    add_adapter(model, "d", rank=4, dropout=0.5)
+    randomize(model, "d", 8)
+    set_adapter(model, "d")
+    assert not any(m.training for m in model.modules())
+    assert torch.equal(logits(model, ids), logits(model, ids))
+    model.train()
+    add_adapter(model, "e", rank=4, dropout=0.5)     # and in a training model they train
+    assert all(m.training for m in model.modules())
+
+
 def test_bf16_model_keeps_fp32_master_weights(ids):
     model = tiny_model().to(torch.bfloat16)
     add_adapter(model, "a", rank=4)
