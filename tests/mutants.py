@@ -132,6 +132,8 @@ MUTANTS = [
      "p.requires_grad_(False)", "p.requires_grad_(p.requires_grad)", LORA),
     ("adapter-added-in-train-mode", "lora.py", "add_adapter",
      "layer.train(layer.base.training)", "layer.train(True)", LORA),
+    ("peft-keys-without-prefix", "lora.py", "export_peft", 'PEFT_PREFIX + k + ".weight"', 'k + ".weight"', LORA),
+    ("peft-rslora-accepted", "lora.py", "read_adapter", ' or c.get("use_rslora")', "", LORA),
     # sampler.py
     ("top-k-drops-kth-token", "sampler.py", "pick", "scaled < kth", "scaled <= kth", SAMPLER),
     ("logprobs-of-truncated-distribution", "sampler.py", "pick",
