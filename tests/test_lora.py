@@ -1,6 +1,6 @@
-"""Tests for lora.py on a tiny random Qwen3 (fp32, CPU, seconds), including the PEFT export / import. The PEFT
-round trip runs where peft is installed (CI installs it) and is skipped elsewhere.
-Run: python -m pytest -q tests/test_lora.py"""
+"""Tests for lora.py on a tiny random Qwen3 (fp32, CPU, seconds), including the PEFT export / import and
+train.py --init-adapters. The PEFT round trip runs where peft is installed (CI installs it) and is skipped
+elsewhere. Run: python -m pytest -q tests/test_lora.py"""
 import copy
 import json
 import os
@@ -425,3 +425,53 @@ def test_peft_loads_our_export_with_our_logits_and_we_load_peft_adapters(ids, tm
     assert (cfg["rank"], cfg["alpha"], cfg["dropout"], cfg["targets"]) == (4, 16.0, 0.1, ["o_proj", "q_proj"])
     set_adapter(fresh, "g")
     torch.testing.assert_close(logits(fresh, ids), logits(made.eval(), ids), atol=1e-5, rtol=1e-5)
+
+
+def test_init_adapters_start_a_run_from_peft_folders(tiny, scratch_adapter, tmp_path, monkeypatch):
+    """train.py --init-adapters: the run's adapters at its first step equal the exported ones, per adapter
+    (DIR/<adapter>/; that run trains its step) or one folder for all (stopped at the first step, to save time);
+    a missing folder or adapter, another rank or other targets: one line naming the problem."""
+    import train
+    import workflows
+    model, _ = tiny
+    scratch_adapter("generator", seed=1, rank=4, alpha=8)
+    scratch_adapter("evaluator", seed=2, rank=4, alpha=8)
+    for name in ("generator", "evaluator"):
+        save_adapter(model, name, str(tmp_path / "ckpt" / f"{name}.safetensors"))
+    peft_dir = tmp_path / "peft"
+    export_peft(str(tmp_path / "ckpt"), str(peft_dir))
+    first, real_step = {}, train.train_step
+
+    def spy(model, *a):
+        if a[-1] == 1:   # the step number: the adapters before any update
+            first.update({n: adapter_state_dict(model, n) for n in adapter_names(model)})
+        if first.get("stop"):
+            raise StopIteration
+        return real_step(model, *a)
+    monkeypatch.setattr(train, "train_step", spy)
+    monkeypatch.setattr(workflows.rewards, "grade", lambda texts, problems, **kw: [(0.0, "wrong")] * len(texts))
+    args = ["--workflow", "evalopt", "--policy", "ip", "--steps", "1", "--lora-rank", "4", "--lora-alpha", "8",
+            "--model", "tiny", "--problems", "2", "--group", "2", "--max-new-tokens", "4", "--device", "cpu"]
+    train.main([*args, "--init-adapters", str(peft_dir), "--out", str(tmp_path / "run")])
+    assert os.path.isdir(tmp_path / "run" / "step_000001")
+    for init, source in ((peft_dir, {"generator": "generator", "evaluator": "evaluator"}),
+                         (peft_dir / "generator", {"generator": "generator", "evaluator": "generator"})):
+        if init != peft_dir:
+            first.clear()
+            first["stop"] = True
+            with pytest.raises(StopIteration):
+                train.main([*args, "--init-adapters", str(init), "--out", str(tmp_path / "one-for-all")])
+        for name, src in source.items():
+            exported = peft_tensors(peft_dir / src)
+            assert first[name].keys() == exported.keys()
+            assert all(torch.equal(first[name][k], v) for k, v in exported.items()), (name, src)
+    (tmp_path / "partial" / "generator").mkdir(parents=True)
+    for f in os.listdir(peft_dir / "generator"):
+        os.link(peft_dir / "generator" / f, tmp_path / "partial" / "generator" / f)
+    for extra, init, message in ((["--lora-rank", "8"], peft_dir, r"has rank 4, alpha 8.0.*adapter rank 8"),
+                                 (["--lora-targets", "q_proj"], peft_dir, r"targets down_proj,.*targets q_proj$"),
+                                 ([], tmp_path / "partial", r"partial/evaluator"),
+                                 ([], tmp_path / "missing", r"missing/generator")):
+        with pytest.raises(SystemExit, match=message) as e:
+            train.main([*args, *extra, "--init-adapters", str(init), "--out", str(tmp_path / "bad")])
+        assert str(e.value.code).startswith("error: ") and "\n" not in str(e.value.code)
