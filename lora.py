@@ -321,7 +321,7 @@ def load_adapter(model: nn.Module, name: str, path: str) -> dict:
             add_adapter(model, name, cfg["rank"], cfg["alpha"], cfg["dropout"], targets=cfg["targets"])
         show = lambda c: f"rank {c['rank']}, alpha {c['alpha']}, targets {','.join(c['targets'])}"
         if show(cfg) != show(have := _adapter_config(model, name)):
-            raise ValueError(f"it has {show(cfg)}, the adapter {show(have)}")
+            raise ValueError(f"it has {show(cfg)}; the adapter here has {show(have)}")
         params = _params(model, name)
         missing, extra = sorted(set(params) - set(tensors)), sorted(set(tensors) - set(params))
         if missing or extra:

@@ -206,10 +206,10 @@ def test_load_into_mismatched_model_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match=r"a\.safetensors does not fit.*missing keys"):
         load_adapter(deeper, "a", path)
     add_adapter(model, "r8", rank=8)
-    with pytest.raises(ValueError, match=r"a\.safetensors does not fit this model \(adapter 'r8'\).*has rank 4.*adapter rank 8"):
+    with pytest.raises(ValueError, match=r"a\.safetensors does not fit this model \(adapter 'r8'\).*rank 4.*here has rank 8"):
         load_adapter(model, "r8", path)
     add_adapter(model, "qv", rank=4, targets=["q_proj", "v_proj"])
-    with pytest.raises(ValueError, match=r"targets down_proj,gate_proj.*adapter rank 4, alpha 32.0, targets q_proj,v_proj"):
+    with pytest.raises(ValueError, match=r"targets down_proj,gate_proj.*here has rank 4, alpha 32.0, targets q_proj,v_"):
         load_adapter(model, "qv", path)
     with pytest.raises(ValueError, match="reserved"):
         save_adapter(model, "a", path, metadata={"rank": 1})
@@ -468,7 +468,7 @@ def test_init_adapters_start_a_run_from_peft_folders(tiny, scratch_adapter, tmp_
     (tmp_path / "partial" / "generator").mkdir(parents=True)
     for f in os.listdir(peft_dir / "generator"):
         os.link(peft_dir / "generator" / f, tmp_path / "partial" / "generator" / f)
-    for extra, init, message in ((["--lora-rank", "8"], peft_dir, r"has rank 4, alpha 8.0.*adapter rank 8"),
+    for extra, init, message in ((["--lora-rank", "8"], peft_dir, r"has rank 4, alpha 8.0.*here has rank 8"),
                                  (["--lora-targets", "q_proj"], peft_dir, r"targets down_proj,.*targets q_proj$"),
                                  ([], tmp_path / "partial", r"partial/evaluator"),
                                  ([], tmp_path / "missing", r"missing/generator")):
