@@ -206,10 +206,10 @@ def test_load_into_mismatched_model_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match=r"a\.safetensors does not fit.*missing keys"):
         load_adapter(deeper, "a", path)
     add_adapter(model, "r8", rank=8)
-    with pytest.raises(ValueError, match=r"a\.safetensors does not fit this model \(adapter 'r8'\).*rank 4.*here has rank 8"):
+    with pytest.raises(ValueError, match=r"a\.safetensors does not fit this model \(adapter 'r8'\).*here has rank 8"):
         load_adapter(model, "r8", path)
     add_adapter(model, "qv", rank=4, targets=["q_proj", "v_proj"])
-    with pytest.raises(ValueError, match=r"targets down_proj,gate_proj.*here has rank 4, alpha 32.0, targets q_proj,v_"):
+    with pytest.raises(ValueError, match=r"targets down_proj,gate.*here has rank 4, alpha 32.0, targets q_proj,v_proj$"):
         load_adapter(model, "qv", path)
     with pytest.raises(ValueError, match="reserved"):
         save_adapter(model, "a", path, metadata={"rank": 1})
@@ -412,8 +412,9 @@ def test_peft_loads_our_export_with_our_logits_and_we_load_peft_adapters(ids, tm
         torch.testing.assert_close(theirs, ours, atol=1e-5, rtol=1e-5)
         assert (ours - base).abs().max() > 1e-2     # the adapter matters, so a dropped one would show
 
-    made = peft.get_peft_model(tiny_model(), peft.LoraConfig(r=4, lora_alpha=16, lora_dropout=0.1,
-                                                               target_modules=["q_proj", "o_proj"], task_type="CAUSAL_LM"))
+    config = peft.LoraConfig(r=4, lora_alpha=16, lora_dropout=0.1, target_modules=["q_proj", "o_proj"],
+                             task_type="CAUSAL_LM")
+    made = peft.get_peft_model(tiny_model(), config)
     g = torch.Generator().manual_seed(3)
     with torch.no_grad():
         for n, p in made.named_parameters():
