@@ -17,14 +17,26 @@ loralib (that would fight a sampler that flips modes and switches adapters): `me
 `with merged(model):` for sampling, which keeps the original weights and puts them back (a bf16 merge/unmerge
 round trip would not restore them exactly).
 
+Files: `save_adapter` writes one safetensors file per adapter (keys "<module path>.lora_A" / ".lora_B", the path
+relative to the causal LM; rank, alpha, dropout, targets in its metadata). `export_peft` (`python lora.py export`)
+rewrites such files as PEFT LoRA folders (adapter_config.json + adapter_model.safetensors with PEFT's keys
+"base_model.model.<module path>.lora_A.weight"; PEFT's scale lora_alpha / r is ours) that
+peft.PeftModel.from_pretrained(base, folder) loads with our logits, as do tools that read PEFT's format.
+`load_adapter` reads both (train.py --init-adapters starts a run from PEFT folders). PEFT options our forward does
+not compute are refused (rsLoRA, per-layer alphas) or do not fit on loading (DoRA, biases, per-layer ranks,
+modules_to_save). peft itself is not needed: the format is written and read here.
+
 Usage: add_adapter(model, "generator"); with use_adapter(model, "generator"): logits = model(ids).logits
        save_adapter(model, "generator", "run/generator.safetensors", {"step": 10})
+       python lora.py export runs/my-run peft/      # peft/<adapter>/ from the run's last checkpoint
 Tests: python -m pytest -q tests/test_lora.py
 """
 import contextlib
+import glob
 import json
 import math
 import os
+import sys
 
 import torch
 import torch.nn as nn
@@ -166,6 +178,7 @@ def add_adapter(model: nn.Module, name: str, rank: int = 64, alpha: float = 32.0
             layer = LoRALinear(layer)
             setattr(parent, attr, layer)
         layer.add(name, int(rank), alpha, dropout, generator)
+        layer.train(layer.base.training)   # new modules start in train mode: an eval model must not drop out
     set_adapter(model, active)   # new wrappers get the active adapter too; freezes the base and the new adapter
     return len(slots)
 
@@ -188,15 +201,13 @@ def active_adapter(model: nn.Module) -> str | None:
 def set_adapter(model: nn.Module, name: str | None) -> None:
     """Make `name` the adapter every forward uses (None = the base model); only its parameters require
     grad. Cheap: a walk over the modules and a requires_grad flag per parameter, no copies."""
-    if name is not None:
-        _check_name(model, name)
+    trained = adapter_parameters(model, name) if name is not None else []   # raises for an unknown name
     for p in model.parameters():     # base, embeddings, lm_head and every other adapter: frozen
         p.requires_grad_(False)
     for _, m in _wrappers(model):
         m.active = name
-        if name in m.adapters:
-            m.lora_A[name].requires_grad_(True)
-            m.lora_B[name].requires_grad_(True)
+    for p in trained:
+        p.requires_grad_(True)
 
 
 @contextlib.contextmanager
@@ -243,68 +254,114 @@ def adapter_state_dict(model: nn.Module, name: str) -> dict[str, torch.Tensor]:
 
 def _adapter_config(model: nn.Module, name: str) -> dict:
     wrappers = _check_name(model, name)
-    targets = sorted({path.rsplit(".", 1)[-1] for path, _ in wrappers})
-    return {**wrappers[0][1].adapters[name], "targets": targets}
+    return {**wrappers[0][1].adapters[name], "targets": sorted({path.rsplit(".", 1)[-1] for path, _ in wrappers})}
 
 
 # ----------------------------------------------------------------------------- files
 
-def save_adapter(model: nn.Module, name: str, path: str, metadata: dict | None = None) -> None:
-    """Write adapter `name` as safetensors (tmp file + os.replace, so a crash never leaves half a file).
-    Metadata: rank, alpha, dropout, targets (JSON) and the user's metadata with values as str."""
-    cfg = _adapter_config(model, name)
-    if clash := sorted(set(metadata or {}) & {"format", "rank", "alpha", "dropout", "targets"}):
-        raise ValueError(f"metadata keys {clash} are reserved for the adapter config")
-    meta = {str(k): str(v) for k, v in (metadata or {}).items()}
-    meta.update(format="lora-v1", rank=str(cfg["rank"]), alpha=repr(cfg["alpha"]), dropout=repr(cfg["dropout"]),
-                targets=json.dumps(cfg["targets"]))
+PEFT_PREFIX = "base_model.model."   # PEFT's key of our "<module path>.lora_A" is PEFT_PREFIX + that + ".weight"
+
+
+def _write(tensors: dict[str, torch.Tensor], path: str, metadata: dict[str, str]) -> None:
+    """safetensors through a tmp file + os.replace, so a crash never leaves half a file."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     tmp = f"{path}.{os.getpid()}.tmp"
     try:
-        save_file(adapter_state_dict(model, name), tmp, metadata=meta)
+        save_file(tensors, tmp, metadata=metadata)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):   # only if writing failed
             os.remove(tmp)
 
 
-def load_adapter(model: nn.Module, name: str, path: str) -> dict:
-    """Load a saved adapter into `name`, creating it with the file's rank/alpha/dropout/targets if it does
-    not exist. Raises ValueError naming the file if it does not fit the model. Returns the metadata."""
-    with safe_open(path, framework="pt") as f:
+def save_adapter(model: nn.Module, name: str, path: str, metadata: dict | None = None) -> None:
+    """Write adapter `name` as safetensors (atomically). Metadata: rank, alpha, dropout, targets (JSON) and the
+    user's metadata with values as str."""
+    cfg = _adapter_config(model, name)
+    if clash := sorted(set(metadata or {}) & {"format", "rank", "alpha", "dropout", "targets"}):
+        raise ValueError(f"metadata keys {clash} are reserved for the adapter config")
+    meta = {str(k): str(v) for k, v in (metadata or {}).items()}
+    meta.update(format="lora-v1", rank=str(cfg["rank"]), alpha=repr(cfg["alpha"]), dropout=repr(cfg["dropout"]),
+                targets=json.dumps(cfg["targets"]))
+    _write(adapter_state_dict(model, name), path, meta)
+
+
+def read_adapter(path: str) -> tuple[dict[str, torch.Tensor], dict]:
+    """(tensors keyed "<module path>.lora_A/.lora_B", config) of a file written by save_adapter or of a PEFT LoRA
+    folder (adapter_config.json + adapter_model.safetensors). The config has rank, alpha, dropout, targets (the
+    layer names the keys hold) and the file's other metadata (save_adapter's as str; PEFT's base model as "model").
+    Refuses PEFT options our forward does not compute (rsLoRA's alpha / sqrt(r), per-layer alphas); other ones
+    (DoRA, biases, per-layer ranks, embeddings) show up as keys or shapes that do not fit the model on loading."""
+    peft = os.path.isdir(path)
+    with safe_open(os.path.join(path, "adapter_model.safetensors") if peft else path, framework="pt") as f:
         meta = dict(f.metadata() or {})
-        tensors = {k: f.get_tensor(k) for k in f.keys()}
-    if meta.get("format") != "lora-v1":
+        # PEFT's keys to ours (which never start with the prefix nor end in ".weight": a no-op on them)
+        tensors = {k.removeprefix(PEFT_PREFIX).removesuffix(".weight"): f.get_tensor(k) for k in f.keys()}
+    if peft:
+        with open(os.path.join(path, "adapter_config.json")) as f:
+            c = json.load(f)
+        if c.get("peft_type") != "LORA" or c.get("use_rslora") or c.get("alpha_pattern"):
+            raise ValueError(f"{path}: not a plain PEFT LoRA adapter (peft_type LORA, no rsLoRA, no alpha_pattern)")
+        meta = {"rank": c["r"], "alpha": c["lora_alpha"], "dropout": c.get("lora_dropout", 0.0),
+                "targets": sorted({k.split(".")[-2] for k in tensors}), "model": c.get("base_model_name_or_path")}
+    elif meta.get("format") != "lora-v1":
         raise ValueError(f"{path}: not an adapter file written by save_adapter (metadata format missing)")
-    rank, alpha, dropout = int(meta["rank"]), float(meta["alpha"]), float(meta["dropout"])
+    cfg = {"rank": int(meta["rank"]), "alpha": float(meta["alpha"]), "dropout": float(meta["dropout"])}
+    return tensors, {**meta, **cfg, "targets": meta["targets"] if peft else json.loads(meta["targets"])}
+
+
+def load_adapter(model: nn.Module, name: str, path: str) -> dict:
+    """Load an adapter file or a PEFT LoRA folder (read_adapter) into `name`, creating it with the file's
+    rank/alpha/dropout/targets if it does not exist (an existing one keeps its dropout). Raises ValueError naming
+    the file if it does not fit the model or the existing adapter. Returns the file's config."""
+    tensors, cfg = read_adapter(path)
     created = name not in adapter_names(model)
-    if created:
-        try:
-            add_adapter(model, name, rank, alpha, dropout, targets=json.loads(meta["targets"]))
-        except ValueError as e:
-            raise ValueError(f"{path} does not fit this model: {e}") from None
     try:
-        cfg = _adapter_config(model, name)
-        if (cfg["rank"], cfg["alpha"]) != (rank, alpha):
-            raise ValueError(f"{path} has rank {rank}, alpha {alpha} but adapter {name!r} has rank {cfg['rank']}, "
-                             f"alpha {cfg['alpha']}")
+        if created:
+            add_adapter(model, name, cfg["rank"], cfg["alpha"], cfg["dropout"], targets=cfg["targets"])
+        show = lambda c: f"rank {c['rank']}, alpha {c['alpha']}, targets {','.join(c['targets'])}"
+        if show(cfg) != show(have := _adapter_config(model, name)):
+            raise ValueError(f"it has {show(cfg)}; the adapter here has {show(have)}")
         params = _params(model, name)
-        missing, unexpected = sorted(set(params) - set(tensors)), sorted(set(tensors) - set(params))
-        if missing or unexpected:
-            raise ValueError(f"{path} does not fit this model: {len(missing)} missing keys {missing[:3]}, "
-                             f"{len(unexpected)} unexpected keys {unexpected[:3]}")
-        for k, p in params.items():
-            if tensors[k].shape != p.shape:
-                raise ValueError(f"{path} does not fit this model: {k} has shape {tuple(tensors[k].shape)} "
-                                 f"in the file, {tuple(p.shape)} in the model")
-    except ValueError:
-        if created:   # do not leave a half-made adapter behind
+        missing, extra = sorted(set(params) - set(tensors)), sorted(set(tensors) - set(params))
+        if missing or extra:
+            raise ValueError(f"{len(missing)} missing keys {missing[:3]}, {len(extra)} unexpected keys {extra[:3]}")
+        if bad := [k for k, p in params.items() if tensors[k].shape != p.shape]:
+            raise ValueError(f"{bad[0]} has shape {tuple(tensors[bad[0]].shape)} in the file, "
+                             f"{tuple(params[bad[0]].shape)} in the model")
+    except ValueError as e:
+        if created and name in adapter_names(model):   # do not leave a half-made adapter behind
             delete_adapter(model, name)
-        raise
+        raise ValueError(f"{path} does not fit this model (adapter {name!r}): {e}") from None
     with torch.no_grad():
         for k, p in params.items():
             p.copy_(tensors[k])
-    return meta
+    return cfg
+
+
+def export_peft(src: str, out: str) -> list[str]:
+    """Write each adapter of `src` (a file written by save_adapter, a checkpoint folder of them, or a run folder:
+    its last checkpoint) as a PEFT LoRA folder out/<adapter name>/ that peft.PeftModel.from_pretrained(base,
+    folder) loads with our logits: the same A and B, and the same scale (ours alpha / rank, PEFT's lora_alpha / r
+    without rsLoRA). Our module paths are relative to the causal LM, which PEFT wraps as base_model.model. PEFT
+    puts target_modules on every linear layer so named, also outside the blocks should a model have such (they
+    get no weights, so B = 0: no change). No base model is loaded. Returns the folders written."""
+    src = (sorted(glob.glob(os.path.join(glob.escape(src), "step_*[0-9]"))) or [src])[-1]  # a run: its last step
+    files = sorted(glob.glob(os.path.join(glob.escape(src), "*.safetensors"))) if os.path.isdir(src) else [src]
+    if not files:
+        raise ValueError(f"{src}: no adapter files (need a run folder, a checkpoint folder or an adapter file)")
+    folders = []
+    for path in files:
+        tensors, cfg = read_adapter(path)
+        folders.append(folder := os.path.join(out, os.path.basename(path).removesuffix(".safetensors")))
+        _write({PEFT_PREFIX + k + ".weight": v for k, v in tensors.items()},
+               os.path.join(folder, "adapter_model.safetensors"), {"format": "pt"})
+        config = {"peft_type": "LORA", "task_type": "CAUSAL_LM", "base_model_name_or_path": cfg.get("model"),
+                  "r": cfg["rank"], "lora_alpha": cfg["alpha"], "use_rslora": False, "lora_dropout": cfg["dropout"],
+                  "target_modules": cfg["targets"], "bias": "none", "use_dora": False, "inference_mode": True}
+        with open(os.path.join(folder, "adapter_config.json"), "w") as f:
+            json.dump(config, f, indent=2)
+    return folders
 
 
 def merge_adapter(model: nn.Module, name: str) -> int:
@@ -319,3 +376,12 @@ def merge_adapter(model: nn.Module, name: str) -> int:
             parent, _, attr = path.rpartition(".")
             setattr(model.get_submodule(parent), attr, m.base)   # get_submodule("") is the model
     return count
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 4 or sys.argv[1] != "export":
+        sys.exit("usage: python lora.py export RUN_OR_CHECKPOINT_OR_ADAPTER_FILE OUT  (one PEFT folder per adapter)")
+    try:
+        print("\n".join(export_peft(*sys.argv[2:])))
+    except (OSError, ValueError) as e:
+        sys.exit(f"error: {e}")

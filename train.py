@@ -3,6 +3,7 @@
     python train.py --workflow evalopt --policy ip                  # the main job
     python train.py --workflow voting --policy ip --parallel-steps merged --out runs/v-merged
     python train.py --out runs/v-merged --resume                    # continue where it stopped
+    python train.py --workflow voting --init-adapters peft/generator  # every role from one PEFT adapter
 
 One training step: draw --problems problems, roll each out --group times through the workflow in
 lock-step (workflows.py), score the final answers (rewards.py; plus workflows.reward_shaping's term
@@ -106,6 +107,8 @@ def parse_args(argv=None):
     p.add_argument("--lora-alpha", type=float, default=32.0, help="LoRA alpha; scale = alpha / rank (reference: 32)")
     p.add_argument("--lora-dropout", type=float, default=0.0, help="dropout on the LoRA input during the update")
     p.add_argument("--lora-targets", default=None, help="comma list of linear names, e.g. q_proj,v_proj (default: all)")
+    p.add_argument("--init-adapters", default=None, help="start from PEFT LoRA folders (lora.py export): DIR/<adapter>/ "
+                   "per adapter, or DIR itself for every adapter; rank, alpha and targets must match")
     # optimisation
     p.add_argument("--lr", type=float, default=2e-5, help="AdamW learning rate (reference: 2e-5)")
     p.add_argument("--warmup", type=int, default=15, help="linear warm-up steps, at most --steps / 4 (reference: 15)")
@@ -584,7 +587,10 @@ def run(args):
         for name in adapters:
             lora.add_adapter(model, name, rank=args.lora_rank, alpha=args.lora_alpha,
                              dropout=args.lora_dropout, targets=targets)
-    except ValueError as e:  # e.g. --lora-targets naming no layer of this model
+            if not args.resume and args.init_adapters:  # a warm start (a resume loads its checkpoint instead)
+                one = os.path.isfile(os.path.join(args.init_adapters, "adapter_config.json"))  # DIR is one PEFT folder
+                lora.load_adapter(model, name, args.init_adapters if one else os.path.join(args.init_adapters, name))
+    except (OSError, ValueError) as e:  # e.g. --lora-targets naming no layer, an --init-adapters folder missing
         sys.exit(f"error: {e}")
     if args.policy == "ip" and (args.role_weights or args.loss_agg == "role-balanced") and rank == 0:
         print("note: under IP each optimizer step holds one role's rows, so --role-weights and "

@@ -131,6 +131,12 @@ MUTANTS = [
      "m.base.weight.data, m.active = data, name", "m.active = name", LORA),
     ("set-adapter-leaves-others-trainable", "lora.py", "set_adapter",
      "p.requires_grad_(False)", "p.requires_grad_(p.requires_grad)", LORA),
+    ("adapter-added-in-train-mode", "lora.py", "add_adapter",
+     "layer.train(layer.base.training)", "layer.train(True)", LORA),
+    ("peft-keys-without-prefix", "lora.py", "export_peft", 'PEFT_PREFIX + k + ".weight"', 'k + ".weight"', LORA),
+    ("peft-rslora-accepted", "lora.py", "read_adapter", ' or c.get("use_rslora")', "", LORA),
+    ("init-adapters-ignored", "train.py", "run", "if not args.resume and args.init_adapters:", "if False:",
+     ids("test_lora.py", "test_init_adapters_start_a_run_from_peft_folders")),
     # sampler.py
     ("top-k-drops-kth-token", "sampler.py", "pick", "scaled < kth", "scaled <= kth", SAMPLER),
     ("logprobs-of-truncated-distribution", "sampler.py", "pick",

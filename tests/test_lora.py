@@ -1,16 +1,22 @@
-"""Tests for lora.py on a tiny random Qwen3 (fp32, CPU, seconds). Run: python -m pytest -q tests/test_lora.py"""
+"""Tests for lora.py on a tiny random Qwen3 (fp32, CPU, seconds), including the PEFT export / import and
+train.py --init-adapters. The PEFT round trip runs where peft is installed (CI installs it) and is skipped
+elsewhere. Run: python -m pytest -q tests/test_lora.py"""
 import copy
+import json
 import os
+import subprocess
 import sys
 
 import pytest
 import torch
 import torch.nn as nn
 import transformers
+from safetensors.torch import load_file
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+import lora
 from lora import (LoRALinear, active_adapter, adapter_names, adapter_parameters, adapter_state_dict, add_adapter,
-                  delete_adapter, load_adapter, merge_adapter, save_adapter, set_adapter, use_adapter)
+                  delete_adapter, export_peft, load_adapter, merge_adapter, save_adapter, set_adapter, use_adapter)
 
 LINEARS = ["down_proj", "gate_proj", "k_proj", "o_proj", "q_proj", "up_proj", "v_proj"]
 
@@ -171,7 +177,7 @@ def test_save_load_round_trip_is_exact(ids, tmp_path):
     assert "model.layers.0.self_attn.q_proj.lora_A" in sd and len(sd) == 2 * 6
 
     meta = load_adapter(model, "evaluator", path)    # into another name in the same model
-    assert meta["step"] == "3" and meta["rank"] == "4" and meta["targets"] == '["down_proj", "o_proj", "q_proj"]'
+    assert meta["step"] == "3" and meta["rank"] == 4 and meta["targets"] == ["down_proj", "o_proj", "q_proj"]
     assert all(torch.equal(v, adapter_state_dict(model, "evaluator")[k]) for k, v in sd.items())
     with use_adapter(model, "evaluator"):
         assert torch.equal(logits(model, ids), expected)
@@ -200,8 +206,11 @@ def test_load_into_mismatched_model_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match=r"a\.safetensors does not fit.*missing keys"):
         load_adapter(deeper, "a", path)
     add_adapter(model, "r8", rank=8)
-    with pytest.raises(ValueError, match=r"a\.safetensors has rank 4"):
+    with pytest.raises(ValueError, match=r"a\.safetensors does not fit this model \(adapter 'r8'\).*here has rank 8"):
         load_adapter(model, "r8", path)
+    add_adapter(model, "qv", rank=4, targets=["q_proj", "v_proj"])
+    with pytest.raises(ValueError, match=r"targets down_proj,gate.*here has rank 4, alpha 32.0, targets q_proj,v_proj$"):
+        load_adapter(model, "qv", path)
     with pytest.raises(ValueError, match="reserved"):
         save_adapter(model, "a", path, metadata={"rank": 1})
 
@@ -245,6 +254,22 @@ def test_dropout_only_in_train_mode(ids):
     assert not torch.allclose(logits(model, ids), logits(model, ids))
     set_adapter(model, None)                         # no adapter: no dropout either
     assert torch.equal(logits(model, ids), logits(model, ids))
+
+
+def test_adapter_added_to_an_eval_model_does_not_drop_out(ids):
+    """Regression: LoRALinear wrappers and their Dropout were created in train mode inside an eval model, so an
+    adapter with dropout added (or loaded: load_adapter creates it with the file's dropout) after model.eval()
+    dropped out in every forward until the next .eval() or .train(): eval logits were noisy (a PEFT adapter with
+    lora_dropout 0.1 did not match PEFT), and train.py's first old log-probs, meant without dropout, had it."""
+    model = tiny_model()                             # in eval mode
+    add_adapter(model, "d", rank=4, dropout=0.5)
+    randomize(model, "d", 8)
+    set_adapter(model, "d")
+    assert not any(m.training for m in model.modules())
+    assert torch.equal(logits(model, ids), logits(model, ids))
+    model.train()
+    add_adapter(model, "e", rank=4, dropout=0.5)     # and in a training model they train
+    assert all(m.training for m in model.modules())
 
 
 def test_bf16_model_keeps_fp32_master_weights(ids):
@@ -293,3 +318,161 @@ def test_merged_context_matches_unmerged_and_restores():
     assert lora.active_adapter(model) == "a"
     assert all(ptr == p.data_ptr() and torch.equal(v, p) for (ptr, v), p in zip(before, model.parameters()))
     torch.testing.assert_close(model(input_ids=x).logits, ref, atol=0, rtol=0)
+
+
+# ----------------------------------------------------------------------------- PEFT interop
+
+def peft_tensors(folder):
+    """A PEFT folder's tensors keyed as ours: PEFT's key is "base_model.model." + our key + ".weight"."""
+    return {k.removeprefix("base_model.model.").removesuffix(".weight"): v
+            for k, v in load_file(os.path.join(folder, "adapter_model.safetensors")).items()}
+
+
+def test_peft_export_layout_config_and_our_round_trip(ids, tmp_path):
+    """export_peft on a run folder exports its last checkpoint in PEFT's layout, written out by hand here (key
+    prefix and suffix, r / lora_alpha, no rsLoRA), so a wrong name or scale convention fails; our load_adapter reads
+    the folder back with the same logits, bit for bit; a checkpoint folder or one file exports the same; the CLI
+    prints the folders or one error line."""
+    model = tiny_model()
+    add_adapter(model, "generator", rank=4, alpha=8, targets=["q_proj", "down_proj"])
+    add_adapter(model, "evaluator", rank=2, alpha=3)
+    run = tmp_path / "run"
+    randomize(model, "generator", 1)
+    save_adapter(model, "generator", str(run / "step_000001" / "generator.safetensors"))   # older: not exported
+    randomize(model, "generator", 2)
+    randomize(model, "evaluator", 3)
+    for name in ("generator", "evaluator"):
+        save_adapter(model, name, str(run / "step_000002" / f"{name}.safetensors"), {"model": "Qwen/Qwen3-0.6B"})
+    (run / "step_000003.tmp").mkdir()                # a checkpoint being written: ignored
+    out = tmp_path / "peft"
+    assert export_peft(str(run), str(out)) == [str(out / "evaluator"), str(out / "generator")]
+    assert sorted(os.listdir(out / "generator")) == ["adapter_config.json", "adapter_model.safetensors"]
+    tensors = load_file(out / "generator" / "adapter_model.safetensors")
+    assert set(tensors) == {f"base_model.model.model.layers.{i}.{m}.lora_{ab}.weight"
+                            for i in (0, 1) for m in ("self_attn.q_proj", "mlp.down_proj") for ab in "AB"}
+    assert torch.equal(tensors["base_model.model.model.layers.1.mlp.down_proj.lora_B.weight"],
+                       model.model.layers[1].mlp.down_proj.lora_B["generator"].detach())   # step 2's, not step 1's
+    cfg = json.load(open(out / "generator" / "adapter_config.json"))
+    assert {k: cfg[k] for k in ("peft_type", "task_type", "r", "lora_alpha", "use_rslora", "lora_dropout",
+                                "target_modules", "base_model_name_or_path", "bias", "use_dora")} == {
+        "peft_type": "LORA", "task_type": "CAUSAL_LM", "r": 4, "lora_alpha": 8, "use_rslora": False,
+        "lora_dropout": 0.0, "target_modules": ["down_proj", "q_proj"], "base_model_name_or_path": "Qwen/Qwen3-0.6B",
+        "bias": "none", "use_dora": False}
+    assert json.load(open(out / "evaluator" / "adapter_config.json"))["r"] == 2
+    for name in ("generator", "evaluator"):
+        fresh = tiny_model()
+        assert load_adapter(fresh, name, str(out / name))["rank"] == (4 if name == "generator" else 2)
+        set_adapter(fresh, name)
+        with use_adapter(model, name):
+            assert torch.equal(logits(fresh, ids), logits(model, ids))
+    for src in (run / "step_000002", run / "step_000002" / "evaluator.safetensors"):
+        folder = export_peft(str(src), str(tmp_path / src.name))[0]   # the checkpoint's: evaluator, generator
+        assert folder == str(tmp_path / src.name / "evaluator")
+        assert all(torch.equal(v, load_file(out / "evaluator" / "adapter_model.safetensors")[k])
+                   for k, v in load_file(os.path.join(folder, "adapter_model.safetensors")).items())
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    cli = subprocess.run([sys.executable, "lora.py", "export", str(run), str(tmp_path / "cli")], cwd=root,
+                         capture_output=True, text=True)
+    assert cli.returncode == 0 and cli.stdout.split() == [str(tmp_path / "cli" / n) for n in ("evaluator", "generator")]
+    bad = subprocess.run([sys.executable, "lora.py", "export", str(tmp_path / "nothing"), str(tmp_path / "x")],
+                         cwd=root, capture_output=True, text=True)
+    assert bad.returncode == 1 and bad.stderr.startswith("error:") and len(bad.stderr.splitlines()) == 1
+
+
+def test_peft_options_we_do_not_compute_are_refused(tmp_path):
+    """rsLoRA scales by alpha / sqrt(r) and alpha_pattern per layer: our forward would silently use alpha / r."""
+    model = tiny_model()
+    add_adapter(model, "a", rank=4)
+    save_adapter(model, "a", str(tmp_path / "a.safetensors"))
+    (folder,) = export_peft(str(tmp_path / "a.safetensors"), str(tmp_path / "peft"))
+    cfg = json.load(open(os.path.join(folder, "adapter_config.json")))
+    for change in ({"use_rslora": True}, {"alpha_pattern": {"q_proj": 16}}, {"peft_type": "LOHA"}):
+        json.dump({**cfg, **change}, open(os.path.join(folder, "adapter_config.json"), "w"))
+        with pytest.raises(ValueError, match="not a plain PEFT LoRA adapter"):
+            load_adapter(tiny_model(), "a", folder)
+
+
+def test_peft_loads_our_export_with_our_logits_and_we_load_peft_adapters(ids, tmp_path):
+    """PEFT itself on the tiny model: PeftModel.from_pretrained of our export gives our logits (measured: equal
+    to the last bit in fp32), and an adapter PEFT trained-and-saved loads into ours with PEFT's logits."""
+    peft = pytest.importorskip("peft")
+    model = tiny_model()
+    add_adapter(model, "generator", rank=4, alpha=8, targets=["q_proj", "v_proj", "down_proj"])
+    add_adapter(model, "evaluator", rank=2, alpha=3)   # scale 1.5, all seven layer kinds
+    randomize(model, "generator", 1)
+    randomize(model, "evaluator", 2)
+    for name in ("generator", "evaluator"):
+        save_adapter(model, name, str(tmp_path / "ckpt" / f"{name}.safetensors"))
+    export_peft(str(tmp_path / "ckpt"), str(tmp_path / "peft"))
+    base = logits(tiny_model(), ids)
+    for name in ("generator", "evaluator"):
+        with use_adapter(model, name):
+            ours = logits(model, ids)
+        theirs = logits(peft.PeftModel.from_pretrained(tiny_model(), str(tmp_path / "peft" / name)).eval(), ids)
+        torch.testing.assert_close(theirs, ours, atol=1e-5, rtol=1e-5)
+        assert (ours - base).abs().max() > 1e-2     # the adapter matters, so a dropped one would show
+
+    config = peft.LoraConfig(r=4, lora_alpha=16, lora_dropout=0.1, target_modules=["q_proj", "o_proj"],
+                             task_type="CAUSAL_LM")
+    made = peft.get_peft_model(tiny_model(), config)
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for n, p in made.named_parameters():
+            if "lora_" in n:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.1)
+    made.save_pretrained(str(tmp_path / "made"))
+    fresh = tiny_model()
+    cfg = load_adapter(fresh, "g", str(tmp_path / "made"))
+    assert (cfg["rank"], cfg["alpha"], cfg["dropout"], cfg["targets"]) == (4, 16.0, 0.1, ["o_proj", "q_proj"])
+    set_adapter(fresh, "g")
+    torch.testing.assert_close(logits(fresh, ids), logits(made.eval(), ids), atol=1e-5, rtol=1e-5)
+
+
+def test_init_adapters_start_a_run_from_peft_folders(tiny, scratch_adapter, tmp_path, monkeypatch):
+    """train.py --init-adapters: the run's adapters at its first step equal the exported ones, per adapter
+    (DIR/<adapter>/; that run trains its step) or one folder for all (stopped at the first step, to save time);
+    a missing folder or adapter, another rank or other targets: one line naming the problem."""
+    import train
+    import workflows
+    model, _ = tiny
+    scratch_adapter("generator", seed=1, rank=4, alpha=8)
+    scratch_adapter("evaluator", seed=2, rank=4, alpha=8)
+    for name in ("generator", "evaluator"):
+        save_adapter(model, name, str(tmp_path / "ckpt" / f"{name}.safetensors"))
+    peft_dir = tmp_path / "peft"
+    export_peft(str(tmp_path / "ckpt"), str(peft_dir))
+    first, real_step = {}, train.train_step
+
+    def spy(model, *a):
+        if a[-1] == 1:   # the step number: the adapters before any update
+            first.update({n: adapter_state_dict(model, n) for n in adapter_names(model)})
+        if first.get("stop"):
+            raise StopIteration
+        return real_step(model, *a)
+    monkeypatch.setattr(train, "train_step", spy)
+    monkeypatch.setattr(workflows.rewards, "grade", lambda texts, problems, **kw: [(0.0, "wrong")] * len(texts))
+    args = ["--workflow", "evalopt", "--policy", "ip", "--steps", "1", "--lora-rank", "4", "--lora-alpha", "8",
+            "--model", "tiny", "--problems", "2", "--group", "2", "--max-new-tokens", "4", "--device", "cpu"]
+    train.main([*args, "--init-adapters", str(peft_dir), "--out", str(tmp_path / "run")])
+    assert os.path.isdir(tmp_path / "run" / "step_000001")
+    for init, source in ((peft_dir, {"generator": "generator", "evaluator": "evaluator"}),
+                         (peft_dir / "generator", {"generator": "generator", "evaluator": "generator"})):
+        if init != peft_dir:
+            first.clear()
+            first["stop"] = True
+            with pytest.raises(StopIteration):
+                train.main([*args, "--init-adapters", str(init), "--out", str(tmp_path / "one-for-all")])
+        for name, src in source.items():
+            exported = peft_tensors(peft_dir / src)
+            assert first[name].keys() == exported.keys()
+            assert all(torch.equal(first[name][k], v) for k, v in exported.items()), (name, src)
+    (tmp_path / "partial" / "generator").mkdir(parents=True)
+    for f in os.listdir(peft_dir / "generator"):
+        os.link(peft_dir / "generator" / f, tmp_path / "partial" / "generator" / f)
+    for extra, init, message in ((["--lora-rank", "8"], peft_dir, r"has rank 4, alpha 8.0.*here has rank 8"),
+                                 (["--lora-targets", "q_proj"], peft_dir, r"targets down_proj,.*targets q_proj$"),
+                                 ([], tmp_path / "partial", r"partial/evaluator"),
+                                 ([], tmp_path / "missing", r"missing/generator")):
+        with pytest.raises(SystemExit, match=message) as e:
+            train.main([*args, *extra, "--init-adapters", str(init), "--out", str(tmp_path / "bad")])
+        assert str(e.value.code).startswith("error: ") and "\n" not in str(e.value.code)
