@@ -417,7 +417,8 @@ def train_step(model, tok, problems, args, optimizers, gen, step):
     """Rollouts -> rewards -> advantages -> old log-probs -> updates. Returns (metrics, episodes)."""
     t0 = time.perf_counter()
     role_adapter = adapter_map(args.workflow, args.policy)  # "shared" under SP, the role's own under IP
-    episodes = run_workflow(args.workflow, problems, args.group, policy_for(model, tok, args, gen),
+    policy = policy_for(model, tok, args, gen)
+    episodes = run_workflow(args.workflow, problems, args.group, policy,
                             task=args.task, rounds=args.rounds, n_voters=args.voters, grade=False)
     t_rollout = time.perf_counter()
     grade_episodes(episodes, problems, args.group)
@@ -460,10 +461,12 @@ def train_step(model, tok, problems, args, optimizers, gen, step):
 
     stats = {role: role_stats() for role in WORKFLOWS[args.workflow].roles}
     skipped = 0
+    by_adapter = Counter()  # update seconds per adapter
     for adapter, idx in groups:  # update_groups names the adapter: "shared" under SP, the role under IP
-        pick = lambda xs: [xs[i] for i in idx]
+        pick, start = lambda xs: [xs[i] for i in idx], time.perf_counter()
         skipped += not optimizer_step(model, adapter, pick(rows), pick(adv), pick(old_lp), pick(ref_lp),
                                       optimizers[adapter], args, stats)
+        by_adapter[adapter] += time.perf_counter() - start
     t3 = time.perf_counter()
 
     if world()[1] > 1:  # the metrics are those of the whole batch: every rank's episodes (without the
@@ -506,6 +509,7 @@ def train_step(model, tok, problems, args, optimizers, gen, step):
     metrics["workflow"] = WORKFLOWS[args.workflow].stats(episodes, args.task)[0]
     metrics["time"] = {"rollout": t_rollout - t0, "reward": t1 - t_rollout, "old_logprobs": t2 - t1,
                        "update": t3 - t2, "total": t3 - t0, "ranks": world()[1],  # times are rank 0's
+                       "update_by_adapter": dict(by_adapter), "stages": policy.stages,  # [role, rows, tokens, s]
                        "rollout_tokens_per_s": sum(len(r.completion_ids) for r in rows) / max(t_rollout - t0, 1e-9)}
     return metrics, episodes
 

@@ -33,6 +33,7 @@ the reference), system prompts, tools, per-role rewards, asynchronous or early-e
 Tests: python -m pytest -q tests/test_workflows.py
 """
 import re
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -213,10 +214,11 @@ def make_policy(model, tokenizer, adapters, max_new_tokens=512, temperature=0.7,
     is longer than max_prompt_tokens (not sampled). max_new_tokens: per call (the reference used
     5120 math / 2048 code; far less at our scale); max_prompt_tokens: holds an Eval-Opt history of
     3 attempts + 3 reviews at 512 tokens each. The role's adapter stays active afterwards: trainers
-    set their own before an update."""
+    set their own before an update. policy.stages lists each call as [role, rows, new tokens, seconds]."""
     stops = stop_ids(model, tokenizer)
 
     def policy(role, texts):
+        start = time.perf_counter()
         name = adapters[role]
         if lora.adapter_names(model):   # a plain model (no LoRA wrappers) is the base model already
             lora.set_adapter(model, name)
@@ -232,7 +234,9 @@ def make_policy(model, tokenizer, adapters, max_new_tokens=512, temperature=0.7,
         for i, c in zip(keep, done):
             out[i] = Call(prompts[i], c.tokens, c.logprobs, c.finish,
                           tokenizer.decode(c.tokens, skip_special_tokens=True))
+        policy.stages.append([role, len(done), sum(len(c.tokens) for c in done), time.perf_counter() - start])
         return out
+    policy.stages = []
     return policy
 
 

@@ -41,6 +41,11 @@ def test_two_step_smoke_run(tmp_path, workflow, policy, monkeypatch):
     assert config["workflow"] == workflow and config["model_used"] == "tiny"
     shares = sum(r["weight_share"] for r in m[0]["roles"].values())
     assert shares == pytest.approx(1.0 if policy == "sp" else len(m[0]["roles"]))
+    t = m[0]["time"]  # where a step's seconds go: each sampler call (stage), each adapter's update
+    assert {s[0] for s in t["stages"]} == roles and sum(s[1] for s in t["stages"]) == m[0]["rows"]
+    assert sum(s[2] for s in t["stages"]) == sum(r["tokens"] for r in m[0]["roles"].values())
+    assert sum(s[3] for s in t["stages"]) <= t["rollout"] and sum(t["update_by_adapter"].values()) <= t["update"]
+    assert set(t["update_by_adapter"]) <= names
 
 
 def test_code_task_smoke_run(tmp_path):
