@@ -13,7 +13,8 @@ problems of (right samples / n); its standard error is over problems (std / sqrt
 is sampled with the same seed, so checkpoints differ by their weights, not by their random streams.
 Adapter maps: base {r: None}, SP {r: "shared"}, IP {r: r}; --transfer all puts a single-agent adapter
 on every role, --transfer solvers only on generators and workers (the base model plays the rest).
-eval.jsonl holds one line per (checkpoint, settings); a rerun skips what is there, so it resumes.
+eval.jsonl holds one line per (checkpoint, settings); a rerun skips what is there, so it resumes (also
+after Ctrl-C, which prints one line and exits with 130, the shell's code for it).
 Sampling settings (temperature, lengths, rounds, voters) are the run's own under --run, else the defaults.
 Left out: maj@k and other voting baselines, per-sample text dumps (train.py writes samples.txt), vLLM.
 matplotlib is optional: without it the plots are skipped with a message and the tables still work.

@@ -16,7 +16,11 @@ The token weighting of the loss is explicit (--loss-agg, --role-weights) and eac
 it is logged, as is everything in metrics.jsonl, with a reward-hacking monitor (the most common
 final answer's share, degenerate rewarded answers per role: workflows.answer_monitor). Checkpoints
 are written atomically every --save-every steps and at the end; Ctrl-C finishes the current step,
-saves, and exits.
+saves, and exits. --resume continues with the run's own settings (config.json): a flag given with
+another value is an error, except --steps, the save / eval / sample cadences and --token-budget; a
+run stopped before its first checkpoint starts over. config.json also records where each start came
+from ("starts": step, command line, git commit, library versions, GPU). A bad flag is one line on
+stderr and exit code 2, before anything is loaded or written.
 
 Left out (on purpose): the reference's fixed 512-row mini-batches (a role takes one step per
 training step, or one per parallel instance), several PPO epochs, entropy bonus, gradient-coherence
@@ -666,7 +670,7 @@ def run(args):
             start, consumed = load_checkpoint(args.out, model, adapters, optimizers, gen, args.seed)
         except Exception as e:  # a truncated or foreign file (safetensors, pickle, shapes, keys): as a bad flag
             print(f"error: --resume: cannot restore {os.path.join(args.out, checkpoints(args.out)[-1])} "
-                  f"({type(e).__name__}: {' '.join(str(e).split())[:200]})", file=sys.stderr)
+                  f"({type(e).__name__}: {' '.join(str(e).split()).split('. ')[0]})", file=sys.stderr)
             sys.exit(2)
         if start >= args.steps:
             if rank == 0:

@@ -1,5 +1,6 @@
 """train.py end to end on the tiny model: a 2-step smoke run of every workflow x policy, exact
-resume, optimizer-step counts, IP isolation, non-finite steps, and clear errors for bad input."""
+resume, optimizer-step counts, IP isolation, non-finite steps, clear errors for bad input (one line,
+exit code 2, nothing written), resume refusals and restarts, and what config.json and samples.txt record."""
 import json
 import math
 import os
