@@ -13,7 +13,8 @@ problems of (right samples / n); its standard error is over problems (std / sqrt
 is sampled with the same seed, so checkpoints differ by their weights, not by their random streams.
 Adapter maps: base {r: None}, SP {r: "shared"}, IP {r: r}; --transfer all puts a single-agent adapter
 on every role, --transfer solvers only on generators and workers (the base model plays the rest).
-eval.jsonl holds one line per (checkpoint, settings); a rerun skips what is there, so it resumes.
+eval.jsonl holds one line per (checkpoint, settings); a rerun skips what is there, so it resumes (also
+after Ctrl-C, which prints one line and exits with 130, the shell's code for it).
 Sampling settings (temperature, lengths, rounds, voters) are the run's own under --run, else the defaults.
 Left out: maj@k and other voting baselines, per-sample text dumps (train.py writes samples.txt), vLLM.
 matplotlib is optional: without it the plots are skipped with a message and the tables still work.
@@ -147,9 +148,11 @@ def run_table(run, records):
     r0, s = records[0], records[0]["settings"]
     lines = [f"{run}: {r0['workflow']} / {r0['policy']} / {r0['task']} on {r0['model']}, {r0['problems']} problems "
              f"x {r0['n']} samples, T={s['temperature']}, seed {s['seed']}",
-             f"{'step':>6}  {'pass@1 ± se':<15}{'greedy':>7}{'top ans':>8}  diagnostics"]
+             f"{'step':>6}  {'pass@1 ± se':<15}{'greedy':>7}" + "".join(f"{'pass@' + k:>8}" for k in r0["pass@k"])
+             + f"{'top ans':>8}  diagnostics"]  # pass@k: the same ks on every row (one settings)
     for r in records:  # top ans: the share of final answers that equal the most common one
         lines.append(f"{r['step']:>6}  {r['pass@1']:.3f} ± {r['pass@1_se']:.3f}  {_f(r['greedy']):>7}"
+                     + "".join(f"{v:>8.3f}" for v in r["pass@k"].values()) +
                      f"{_f(r['diagnostics'].get('answer_top_share'), '.2f'):>8}  "
                      f"{headline(r['workflow'], r['diagnostics'])}".rstrip())
     base, peak, final = summary(records)
@@ -166,7 +169,8 @@ def compare_table(runs):
     for run in runs:
         records = read_jsonl(os.path.join(run, "eval.jsonl"))
         if not records:
-            raise FileNotFoundError(f"{run} has no eval.jsonl; first run: python eval.py --run {run}")
+            raise FileNotFoundError(f"{run} has no eval.jsonl; first run: python eval.py --run {run}"
+                                    if os.path.isdir(run) else f"no such run directory: {run}")
         groups = {}
         for r in records:
             groups.setdefault(json.dumps(r["settings"], sort_keys=True), []).append(r)
@@ -231,8 +235,9 @@ def read_jsonl(path):
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     # what to evaluate
-    p.add_argument("--run", default=None, help="a training run directory: evaluate base + its checkpoints")
-    p.add_argument("--compare", nargs="+", default=None, help="run directories to compare from their eval.jsonl")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--run", default=None, help="a training run directory: evaluate base + its checkpoints")
+    which.add_argument("--compare", nargs="+", default=None, help="run directories to compare from their eval.jsonl")
     p.add_argument("--every", type=int, default=1, help="--run: every K-th checkpoint step (and always the last)")
     p.add_argument("--model", default=None, help="hub name, folder, .gguf or 'tiny' (default: Qwen3-0.6B, else tiny)")
     p.add_argument("--workflow", choices=list(WORKFLOWS), default=None, help="workflow (default single; --run: the run's)")
@@ -255,13 +260,11 @@ def parse_args(argv=None):
         args.ks = [int(k) for k in args.pass_k.split(",") if k.strip()]
     except ValueError:
         p.error(f"--pass-k expects integers separated by commas, got {args.pass_k!r}")
-    for name in ("n", "every", "problems"):
+    for name in ("n", "every", "problems", "max_new_tokens"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
-            p.error(f"--{name} must be at least 1")
+            p.error(f"--{name.replace('_', '-')} must be at least 1")
     if any(not 1 <= k <= args.n for k in args.ks):
         p.error(f"--pass-k values must be between 1 and --n ({args.n})")
-    if args.run and args.compare:
-        p.error("--run and --compare are exclusive")
     if args.transfer and not (args.adapters or args.run):
         p.error("--transfer needs --adapters (or --run) holding a single-agent adapter")
     return args
@@ -320,9 +323,8 @@ def main_run(args):
         print(f"step {step} ({mode}): pass@1 {r['pass@1']:.3f} ± {r['pass@1_se']:.3f} "
               f"({time.perf_counter() - t0:.1f} s)", flush=True)
     records = sorted((r for r in read_jsonl(path) if r["settings"] == s), key=lambda r: r["step"])
-    print(run_table(run, records))
-    print(f"final checkpoint (step {records[-1]['step']}):")
-    print("\n".join(format_result(records[-1])[1:]))
+    print(run_table(run, records), f"final checkpoint (step {records[-1]['step']}):", *format_result(records[-1])[1:],
+          sep="\n")
     if not args.no_plots:
         plot_run(run, records)
     return records
@@ -349,13 +351,14 @@ def main(argv=None):
     args = parse_args(argv)
     try:  # bad input gets one clear line, not a traceback
         if args.compare:
-            if missing := [run for run in args.compare if not os.path.isdir(run)]:
-                raise FileNotFoundError(f"no such run directory: {missing[0]}")
             print(compare_table(args.compare))
         else:
             return main_run(args) if args.run else main_single(args)
     except (OSError, ValueError, RuntimeError) as e:
         sys.exit(f"error: {e}")
+    except KeyboardInterrupt:  # one line, and the shell's code for Ctrl-C (128 + SIGINT), not a usage error's 2
+        print("interrupted (with --run, eval.jsonl keeps the steps finished: a rerun goes on)", file=sys.stderr)
+        sys.exit(130)
 
 
 if __name__ == "__main__":

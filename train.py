@@ -19,7 +19,11 @@ The token weighting of the loss is explicit (--loss-agg, --role-weights) and eac
 it is logged, as is everything in metrics.jsonl, with a reward-hacking monitor (the most common
 final answer's share, degenerate rewarded answers per role: workflows.answer_monitor). Checkpoints
 are written atomically every --save-every steps and at the end; Ctrl-C finishes the current step,
-saves, and exits.
+saves, and exits. --resume continues with the run's own settings (config.json): a flag given with
+another value is an error, except --steps, the save / eval / sample cadences and --token-budget; a
+run stopped before its first checkpoint starts over. config.json also records where each start came
+from ("starts": step, command line, git commit, library versions, GPU). A bad flag is one line on
+stderr and exit code 2, before anything is loaded or written.
 
 Left out (on purpose): the reference's fixed 512-row mini-batches (a role takes one step per
 training step, or one per parallel instance), several PPO epochs, entropy bonus, gradient-coherence
@@ -56,6 +60,7 @@ import os
 import re
 import shutil
 import signal
+import subprocess
 import sys
 import time
 from collections import Counter
@@ -65,6 +70,7 @@ from datetime import timedelta
 import numpy as np
 import torch
 import torch.distributed as dist
+import transformers
 from tqdm import tqdm
 
 import grpo
@@ -76,24 +82,32 @@ from workflows import WORKFLOWS, adapter_map, answer_monitor, grade_episodes, ma
 # Defaults that depend on the model: (real model, tiny smoke run). The tiny model learns nothing,
 # so its run only has to exercise every code path quickly on a 2-core CPU.
 SIZED = {"steps": (200, 6), "problems": (16, 4), "group": (8, 4), "max_new_tokens": (512, 24)}
+# Flags that --resume may change: how long, how often to save / evaluate / sample, and the micro-batch
+# size (the gradient does not depend on it, tests/test_train.py). --steps also stretches the cosine.
+RESUMABLE = ("steps", "save_every", "eval_every", "eval_problems", "sample_every", "token_budget")
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    """The flags, checked: one line on stderr and exit code 2 for any bad value, before anything is
+    loaded or written. With --resume, the run's saved settings (run_folder)."""
+    head, gpus, tail = __doc__.partition("Several GPUs")  # --help: the common flags first, multi-GPU details last
+    p = argparse.ArgumentParser(description=head, epilog=gpus + tail, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.error = lambda message: p.exit(2, f"error: {message}\n")  # one line: argparse's prints the usage first
     # what to train
     p.add_argument("--workflow", choices=list(WORKFLOWS), default="evalopt", help="the workflow to train")
     p.add_argument("--policy", choices=["sp", "ip"], default="ip", help="shared or isolated adapters")
     p.add_argument("--task", choices=["math", "code"], default="math", help="task family")
     p.add_argument("--model", default=None, help="hub name, local folder, .gguf file or 'tiny' "
                    "(default: Qwen/Qwen3-0.6B if it can be loaded, else tiny)")
+    p.add_argument("--steps", type=int, default=None, help="training steps (default 200; tiny: 6)")
+    p.add_argument("--out", default=None, help="run directory, new or empty (default: runs/WORKFLOW-POLICY-TASK-TIME)")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint with "
+                   f"its saved settings; of the flags only {', '.join(flag(k) for k in RESUMABLE)} may change")
     p.add_argument("--data", default=None, help="training JSONL/JSON (default: built-in problems)")
     p.add_argument("--eval-data", default=None, help="held-out problems for --eval-every (default: built-in test split)")
-    p.add_argument("--out", default=None, help="run directory (default: runs/WORKFLOW-POLICY-TASK-TIME)")
-    p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint")
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda if available)")
     p.add_argument("--seed", type=int, default=0, help="seeds data order, LoRA init and sampling")
     # rollouts
-    p.add_argument("--steps", type=int, default=None, help="training steps (default 200; tiny: 6)")
     p.add_argument("--problems", type=int, default=None, help="problems per step (default 16; tiny: 4)")
     p.add_argument("--group", type=int, default=None, help="rollouts per problem, the GRPO group (default 8; tiny: 4)")
     p.add_argument("--max-new-tokens", type=int, default=None, help="tokens per role call (default 512; tiny: 24)")
@@ -133,36 +147,84 @@ def parse_args(argv=None):
     p.add_argument("--eval-problems", type=int, default=64, help="held-out problems per evaluation")
     p.add_argument("--sample-every", type=int, default=10, help="write one episode as text to samples.txt every N steps")
     args = p.parse_args(argv)
-    try:
-        derive(args)
-    except ValueError as e:
-        p.error(str(e))
-    minimum = {"problems": 1, "group": 2, "max_new_tokens": 1, "steps": 1, "voters": 1, "rounds": 1,
-               "lora_rank": 1, "token_budget": 1}  # group: advantages compare rollouts of one problem
-    for name, low in minimum.items():
-        v = getattr(args, name)
-        if v is not None and v < low:
-            p.error(f"--{name.replace('_', '-')} must be at least {low}, got {v}")
-    if not args.temperature > 0 or not 0 < args.top_p <= 1:
-        p.error("--temperature must be > 0 (log-probs are taken at it) and --top-p in (0, 1]")
+    if args.out or args.resume:
+        args = run_folder(p, argv, args)
+    # flag -> (test, what it must be); an unset flag (None: sized by the model, see SIZED) passes
+    rules = {**dict.fromkeys(("steps", "problems", "max_new_tokens", "max_prompt_tokens", "rounds", "voters",
+                              "lora_rank", "token_budget", "save_every", "eval_problems"), (lambda v: v >= 1, "at least 1")),
+             **dict.fromkeys(("seed", "warmup", "eval_every", "sample_every", "weight_decay", "clip_high"),
+                             (lambda v: v >= 0, "at least 0")),
+             **dict.fromkeys(("lr", "temperature", "lora_alpha", "grad_clip"), (lambda v: v > 0, "> 0")),
+             **dict.fromkeys(("clip_low", "lora_dropout"), (lambda v: 0 <= v < 1, "in [0, 1)")),
+             "group": (lambda v: v >= 2, "at least 2 (advantages compare the rollouts of a problem)"),
+             "top_p": (lambda v: 0 < v <= 1, "in (0, 1]"), "dual_clip": (lambda v: v == 0 or v > 1, "0 (off) or > 1"),
+             "device": (lambda v: not v.startswith("cuda") or torch.cuda.is_available(), "cpu (this torch sees no GPU)")}
+    for name, (ok, what) in rules.items():
+        if getattr(args, name) is not None and not ok(getattr(args, name)):
+            p.error(f"{flag(name)} must be {what}, got {getattr(args, name)}")
+    # derived settings: rebuilt on --resume rather than read back from config.json
+    args.kl_coefs = parse_role_values(p, "--kl", args.kl, args.workflow, ">= 0")
+    args.role_weight_map = parse_role_values(p, "--role-weights", args.role_weights, args.workflow, "> 0") \
+        if args.role_weights else None
+    args.command = ["train.py", *(sys.argv[1:] if argv is None else argv)]  # for config.json
     return args
 
 
-def derive(args):
-    """Settings computed from flags; rebuilt on --resume rather than read back from config.json."""
-    args.kl_coefs = parse_role_values("--kl", args.kl)
-    args.role_weight_map = parse_role_values("--role-weights", args.role_weights) if args.role_weights else None
+def flag(name):
+    return "--" + name.replace("_", "-")
 
 
-def parse_role_values(flag, text):
-    """'0.1' -> {None: 0.1} (every role); 'generator=3,evaluator=1' -> {'generator': 3.0, ...}."""
+def run_folder(p, argv, args):
+    """--out and --resume checked against what the folder holds -> args, or under --resume the run's
+    saved settings with the flags of RESUMABLE given now. --out must be new, empty or a run of train.py
+    (nothing of someone else's is overwritten); a run with a checkpoint is only continued, by --resume.
+    A flag given on --resume with another value than the run's is an error listing them all: training
+    on with the old value, or switching halfway, would both mislabel the run. A flag that the run's
+    config.json predates (an older train.py) takes its default, and one line says so. A run stopped
+    before its first checkpoint has nothing to continue: it starts over from step 0 (run says so), with
+    its saved settings under --resume, else with the flags given."""
+    out = args.out or p.error("--resume needs --out DIR (the run to continue)")
     try:
-        if "=" not in text:
-            return {None: float(text)}
-        pairs = [item.split("=") for item in text.split(",") if item.strip()]
-        return {k.strip(): float(v) for k, v in pairs}
+        with open(os.path.join(out, "config.json")) as f:
+            config = json.load(f)
+    except (OSError, ValueError):
+        config = None
+    ours = isinstance(config, dict) and {"workflow", "policy", "model_used"} <= config.keys()
+    if not ours and os.path.exists(out) and not (os.path.isdir(out) and not os.listdir(out)):
+        p.error(f"--out {out} is {'a file' if os.path.isfile(out) else 'a folder of something else'}: not a run of "
+                "train.py, nor a new or empty folder")
+    if ours and checkpoints(out) and not args.resume or args.resume and not ours:
+        p.error(f"--resume: no run in {out}" if args.resume else f"{out} already holds a run; pass --resume to continue "
+                "it or choose another --out")
+    if not args.resume:
+        return args
+    unset, defaults = object(), vars(p.parse_args([]))
+    given = vars(p.parse_args(argv, argparse.Namespace(**dict.fromkeys(defaults, unset))))  # unset: not on the line
+    saved = {**defaults, **config, "model": config["model_used"]}  # the model it loaded, as it was named
+    if changed := [f"{flag(k)} {saved[k]} (given: {v})" for k, v in given.items()
+                   if v is not unset and v != saved[k] and k not in RESUMABLE + ("resume", "out")]:
+        p.error(f"--resume: {out} was trained with {', '.join(changed)}; a resume may change only "
+                f"{', '.join(map(flag, RESUMABLE))} (a new --out can change the rest)")
+    if (new := [k for k in defaults if k not in config]) and os.environ.get("RANK", "0") == "0":  # an older train.py
+        print(f"note: {out}/config.json predates {', '.join(f'{flag(k)} {defaults[k]}' for k in new)}: using these defaults")
+    return argparse.Namespace(**{**saved, **{k: given[k] for k in RESUMABLE if given[k] is not unset},
+                                 "resume": bool(checkpoints(out)), "out": out})
+
+
+def parse_role_values(p, flag, text, workflow, sign):
+    """'0.1' -> {None: 0.1} (every role); 'generator=3,evaluator=1' -> {'generator': 3.0, ...}. A usage
+    error (p.error) for a malformed text, a role that `workflow` does not have (a typo would silently
+    train another ablation) and a value that is not `sign` ('> 0' or '>= 0')."""
+    try:
+        values = {None: float(text)} if "=" not in text else \
+            {k.strip(): float(v) for k, v in (item.split("=") for item in text.split(",") if item.strip())}
     except ValueError:
-        raise ValueError(f"{flag} expects a number or role=number pairs separated by commas, got {text!r}")
+        p.error(f"{flag} expects a number or role=number pairs separated by commas, got {text!r}")
+    if unknown := sorted(set(values) - {None} - set(ROLES[workflow])):
+        p.error(f"{flag}: no role {', '.join(unknown)} in {workflow} (its roles: {', '.join(ROLES[workflow])})")
+    if bad := [v for v in values.values() if not (v > 0 if sign == "> 0" else v >= 0)]:
+        p.error(f"{flag} values must be {sign}, got {bad[0]}")
+    return values
 
 
 def role_value(values, role):
@@ -524,32 +586,23 @@ def evaluate(model, tok, problems, args):
     return float(np.mean([ep.correct for ep in episodes]))
 
 
-def write_sample(out, step, episode):
-    with open(os.path.join(out, "samples.txt"), "a") as f:
+def write_sample(out, step, episode, tok):
+    """Append one episode to samples.txt: per turn its prompt on one line (whitespace collapsed, the
+    middle of a long one elided; empty under torchrun, whose gathered turns keep no prompt ids) and
+    its completion as sampled."""
+    with open(os.path.join(out, "samples.txt"), "a" if step > 1 else "w") as f:
         f.write(f"=== step {step} problem {episode.problem_id} rollout {episode.rollout} "
                 f"reward {episode.reward} ({episode.status})\n")
         for t in episode.turns:
-            f.write(f"--- {t.instance} ({t.role}, {len(t.completion_ids)} tokens, {t.finish})\n{t.text}\n")
+            prompt = " ".join(tok.decode(t.prompt_ids, skip_special_tokens=True).split())
+            f.write(f"--- {t.instance} ({t.role}, {len(t.completion_ids)} tokens, {t.finish})\nprompt: "
+                    f"{prompt if len(prompt) <= 400 else prompt[:200] + ' [...] ' + prompt[-200:]}\n{t.text}\n")
 
 
 # ---------------------------------------------------------------------------------------------
 
 def main(argv=None):
     args = parse_args(argv)
-    if args.resume and not args.out:
-        sys.exit("error: --resume needs --out DIR (the run to continue)")
-    if args.resume:
-        saved = os.path.join(args.out, "config.json")
-        if not os.path.exists(saved) or not checkpoints(args.out):
-            sys.exit(f"error: --resume: no checkpoint in {args.out} (nothing to continue)")
-        with open(saved) as f:
-            config = json.load(f)
-        # --out as named now (the folder may have been moved or named relatively); a resume may only train longer
-        args = argparse.Namespace(**{**config, "resume": True, "model": config["model_used"], "out": args.out,
-                                     "steps": args.steps or config["steps"]})
-        derive(args)
-    elif args.out and (checkpoints(args.out) or os.path.exists(os.path.join(args.out, "metrics.jsonl"))):
-        sys.exit(f"error: {args.out} already holds a run; pass --resume to continue it or choose another --out")
     owner = "RANK" in os.environ and not dist.is_initialized()  # torchrun started us: run() joins the group
     try:
         return run(args)
@@ -607,7 +660,12 @@ def run(args):
     gen = torch.Generator(device=device).manual_seed(rank_seed(args.seed, rank))
     start, consumed = 0, 0
     if args.resume:
-        start, consumed = load_checkpoint(args.out, model, adapters, optimizers, gen, args.seed)
+        try:
+            start, consumed = load_checkpoint(args.out, model, adapters, optimizers, gen, args.seed)
+        except Exception as e:  # a truncated or foreign file (safetensors, pickle, shapes, keys): as a bad flag
+            print(f"error: --resume: cannot restore {os.path.join(args.out, checkpoints(args.out)[-1])} "
+                  f"({type(e).__name__}: {' '.join(str(e).split()).split('. ')[0]})", file=sys.stderr)
+            sys.exit(2)
         if start >= args.steps:
             if rank == 0:
                 print(f"{args.out} is already finished: step {start} of {args.steps}. "
@@ -616,8 +674,14 @@ def run(args):
     for name in adapters if n_ranks > 1 else []:  # as DDP does: every rank starts from rank 0's weights
         for p in lora.adapter_parameters(model, name):
             dist.broadcast(p.data, 0)
-    config = {k: v for k, v in vars(args).items() if k not in ("kl_coefs", "role_weight_map")}
+    # where this start came from (after a resumed run's earlier ones): code, command line, versions, hardware
+    args.starts = (getattr(args, "starts", []) if args.resume else []) + [{"step": start, "command": args.command,
+        "commit": git_commit(), "python": sys.version.split()[0], "torch": torch.__version__, "ranks": n_ranks,
+        "transformers": transformers.__version__, "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"}]
+    config = {k: v for k, v in vars(args).items() if k not in ("kl_coefs", "role_weight_map", "command")}
     if rank == 0:
+        if start == 0 and os.path.exists(os.path.join(args.out, "config.json")):  # metrics, samples: "w" at step 0
+            print(f"note: {args.out} stopped before its first checkpoint: starting it over from step 0", flush=True)
         with open(os.path.join(args.out, "config.json"), "w") as f:
             json.dump(config, f, indent=1)
         print(f"run {args.out}: {args.workflow} / {args.policy.upper()} / {args.task} on {model_used} ({device}"
@@ -651,10 +715,10 @@ def run(args):
             if rank == 0:
                 if eval_set and (step + 1) % args.eval_every == 0:
                     metrics["eval_accuracy"] = evaluate(model, tok, eval_set, args)
-                with open(os.path.join(args.out, "metrics.jsonl"), "a") as f:
+                with open(os.path.join(args.out, "metrics.jsonl"), "a" if step else "w") as f:  # step 0: starts over
                     f.write(json.dumps(metrics) + "\n")
                 if args.sample_every and (step + 1) % args.sample_every == 0 or step == 0:
-                    write_sample(args.out, step + 1, episodes[0])
+                    write_sample(args.out, step + 1, episodes[0], tok)
             bar.set_postfix(reward=f"{metrics['reward_mean']:.3f}", skipped=metrics["skipped_steps"])
             bad_in_a_row = bad_in_a_row + 1 if metrics["skipped_steps"] else 0
             if step + 1 == args.steps or stop["requested"] or bad_in_a_row >= 3 or (step + 1) % args.save_every == 0:
@@ -672,6 +736,13 @@ def run(args):
     if rank == 0:
         print(f"done: {args.out} (metrics.jsonl, config.json, {len(checkpoints(args.out))} checkpoint(s))")
     return args.out
+
+
+def git_commit(folder=os.path.dirname(os.path.abspath(__file__))):
+    """HEAD of the git checkout holding `folder` (this file's), with '-dirty' when tracked files differ from
+    it; None outside a git checkout or without git."""
+    return shutil.which("git") and subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=40", "--exclude=*"],
+                                                  cwd=folder, capture_output=True, text=True).stdout.strip() or None
 
 
 def warmup_steps(args):

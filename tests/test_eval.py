@@ -44,6 +44,9 @@ def test_run_directory_eval_table_resume_compare(run_dir, capsys, monkeypatch):
     assert r["diagnostics"]["roles"]["generator"]["calls"] == 4
     assert r["settings"]["max_new_tokens"] == 6  # the run's own settings
     assert "base 0.000 | peak" in printed and "at step 0" in printed and "final 0.000 at step 2" in printed
+    table = printed[printed.index(f"{run_dir}: single"):].splitlines()  # the run table shows pass@k when computed
+    assert table[1].split()[:6] == ["step", "pass@1", "±", "se", "greedy", "pass@2"]
+    assert [row.split()[5] for row in table[2:5]] == [f"{r['pass@k']['2']:.3f}" for r in records]
     monkeypatch.setattr(ev, "load_default_model", lambda *a: pytest.fail("resume loaded a model"))
     ev.main(args)  # resume: nothing new to do, so no model is loaded
     assert capsys.readouterr().out.count("already in") == 3
@@ -223,7 +226,7 @@ def test_clear_errors(run_dir, tmp_path):
     (empty / "config.json").write_text(json.dumps({"workflow": "single"}))
     fails(["--run", str(empty)], "has no checkpoints")
     fails(["--run", str(tmp_path / "missing")], "no such run directory")
-    fails(["--compare", run_dir, str(tmp_path / "missing")], "no such run directory")
+    fails(["--compare", str(tmp_path / "missing"), run_dir], "no such run directory")  # the first bad one is named
     fails(["--model", "tiny", "--adapters", str(tmp_path / "missing")], "no such adapter folder")
     fails(["--model", "tiny", "--data", str(tmp_path / "missing.jsonl")], "no such data file")
     gsm = tmp_path / "gsm.jsonl"
@@ -240,6 +243,34 @@ def test_clear_errors(run_dir, tmp_path):
     save_file(tensors, str(bad / "shared.safetensors"), metadata=meta)
     fails(["--model", "tiny", "--problems", "1", "--n", "1", "--adapters", str(bad)], "does not fit this model")
     fails(["--run", run_dir, "--workflow", "voting"], "needs --transfer")
+
+
+def test_ctrl_c_is_one_line_and_exit_130(run_dir, tmp_path, monkeypatch, capsys):
+    """Ctrl-C: one line on stderr and the shell's code for it, 130; eval.jsonl keeps the finished steps."""
+    run = str(tmp_path / "run")
+    shutil.copytree(run_dir, run)
+    real, calls = ev.evaluate, []
+
+    def interrupted_in_the_third(*a, **k):  # step 0 (base) and step 1 finish, Ctrl-C while evaluating step 2
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+    monkeypatch.setattr(ev, "evaluate", interrupted_in_the_third)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        ev.main(["--run", run, "--problems", "1", "--n", "1", "--no-plots"])
+    assert e.value.code == 130
+    assert capsys.readouterr().err == "interrupted (with --run, eval.jsonl keeps the steps finished: a rerun goes on)\n"
+    assert [r["step"] for r in ev.read_jsonl(os.path.join(run, "eval.jsonl")) if r["n"] == 1] == [0, 1]
+
+
+@pytest.mark.parametrize("argv,message", [(["--max-new-tokens", "0"], "--max-new-tokens must be at least 1"),
+                                          (["--run", "a", "--compare", "b"], "not allowed with argument --run")])
+def test_bad_flags(argv, message, capsys):
+    with pytest.raises(SystemExit) as e:
+        ev.parse_args(argv)
+    assert e.value.code == 2 and message in capsys.readouterr().err
 
 
 def test_error_is_one_line_without_traceback(tmp_path):

@@ -1,8 +1,12 @@
 """train.py end to end on the tiny model: a 2-step smoke run of every workflow x policy, exact
-resume, optimizer-step counts, IP isolation, non-finite steps, and clear errors for bad input."""
+resume, optimizer-step counts, IP isolation, non-finite steps, clear errors for bad input (one line,
+exit code 2, nothing written), resume refusals and restarts, and what config.json and samples.txt record."""
 import json
 import math
 import os
+import platform
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -307,24 +311,86 @@ def test_non_finite_loss_skips_steps_then_stops(tmp_path, monkeypatch):
     assert os.path.isdir(os.path.join(out, "step_000003"))
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["--workflow", "chain"], None),
-    (["--group", "1"], "at least 2"),
-    (["--temperature", "0"], "--temperature must be > 0"),
-    (["--top-p", "0"], "--top-p in (0, 1]"),
-    (["--voters", "0"], "at least 1"),
-    (["--rounds", "0"], "at least 1"),
-    (["--kl", "evaluator:0.1"], "role=number"),
-])
-def test_bad_flags(argv, message, capsys):
+def refused(argv, capsys, message):
+    """train.main(argv) stops as a bad command line does: exit code 2 and one line on stderr naming the
+    problem (a SystemExit, so no traceback). Returns that line."""
+    capsys.readouterr()
     with pytest.raises(SystemExit) as e:
-        train.parse_args(argv)
-    assert e.value.code == 2
-    if message:
-        assert message in capsys.readouterr().err
+        train.main(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.startswith("error: ") and err.count("\n") == 1 and message in err, (e.value, err)
+    return err
 
 
-def test_bad_files_and_run_dirs(tmp_path):
+def snapshot(path):
+    """Every file under `path` (or the file itself) with its bytes; None when nothing is there."""
+    if os.path.isfile(path):
+        return open(path, "rb").read()
+    return {os.path.relpath(os.path.join(d, f), path): open(os.path.join(d, f), "rb").read()
+            for d, _, files in os.walk(path) for f in files} if os.path.exists(path) else None
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--lr", "-1"], "--lr must be > 0, got -1.0"), (["--lr", "0"], "--lr must be > 0"),
+    (["--lr", "nan"], "--lr must be > 0"),
+    (["--save-every", "0"], "--save-every must be at least 1"), (["--save-every", "-5"], "--save-every must be at least 1"),
+    (["--role-weights", "generator=0"], "--role-weights values must be > 0, got 0.0"),
+    (["--role-weights", "generator=-1,evaluator=1"], "--role-weights values must be > 0"),
+    (["--role-weights", "0"], "--role-weights values must be > 0"),
+    (["--role-weights", "generatr=2"], "--role-weights: no role generatr in evalopt (its roles: generator, evaluator)"),
+    (["--workflow", "voting", "--kl", "evaluator=0.05"], "--kl: no role evaluator in voting"),
+    (["--kl", "-0.01"], "--kl values must be >= 0, got -0.01"), (["--kl", "evaluator=-1"], "--kl values must be >= 0"),
+    (["--kl", "evaluator:0.1"], "role=number pairs"),
+    (["--clip-low", "5"], "--clip-low must be in [0, 1), got 5.0"), (["--clip-low", "1"], "--clip-low must be in [0, 1)"),
+    (["--clip-low", "-0.1"], "--clip-low must be in [0, 1)"), (["--clip-high", "-0.1"], "--clip-high must be at least 0"),
+    (["--warmup", "-5"], "--warmup must be at least 0, got -5"),
+    (["--group", "1"], "--group must be at least 2"), (["--problems", "0"], "--problems must be at least 1"),
+    (["--temperature", "0"], "--temperature must be > 0"), (["--temperature", "-0.7"], "--temperature must be > 0"),
+    (["--top-p", "0"], "--top-p must be in (0, 1]"), (["--top-p", "1.5"], "--top-p must be in (0, 1]"),
+    (["--voters", "0"], "--voters must be at least 1"), (["--rounds", "0"], "--rounds must be at least 1"),
+    (["--steps", "0"], "--steps must be at least 1"), (["--max-new-tokens", "0"], "--max-new-tokens must be at least 1"),
+    (["--max-prompt-tokens", "0"], "--max-prompt-tokens must be at least 1"), (["--seed", "-1"], "--seed must be at least 0"),
+    (["--lora-rank", "0"], "--lora-rank must be at least 1"), (["--lora-alpha", "0"], "--lora-alpha must be > 0"),
+    (["--lora-dropout", "1"], "--lora-dropout must be in [0, 1)"), (["--weight-decay", "-1"], "--weight-decay must be"),
+    (["--grad-clip", "0"], "--grad-clip must be > 0"), (["--dual-clip", "0.5"], "--dual-clip must be 0 (off) or > 1"),
+    (["--dual-clip", "-3"], "--dual-clip must be 0 (off) or > 1"), (["--token-budget", "0"], "--token-budget must be"),
+    (["--eval-every", "-1"], "--eval-every must be at least 0"), (["--eval-problems", "0"], "--eval-problems must be"),
+    (["--sample-every", "-1"], "--sample-every must be at least 0"),
+    (["--workflow", "chain"], "argument --workflow: invalid choice: 'chain'"),
+    (["--steps", "ten"], "argument --steps: invalid int value: 'ten'"),
+])
+def test_bad_flags_are_one_line_exit_2_and_write_nothing(tmp_path, capsys, argv, message):
+    out = str(tmp_path / "run")
+    refused([*argv, "--out", out], capsys, message)
+    assert not os.path.exists(out)
+
+
+def test_good_edge_values_are_accepted():
+    """The checks refuse nonsense only: 0 where 0 means off or none, the ends of the ranges that are valid."""
+    args = train.parse_args(["--dual-clip", "0", "--clip-low", "0", "--warmup", "0", "--kl", "0", "--seed", "0",
+                             "--eval-every", "0", "--sample-every", "0", "--top-p", "1", "--weight-decay", "0",
+                             "--lora-dropout", "0", "--group", "2", "--workflow", "voting", "--device", "cpu",
+                             "--kl", "aggregator=0", "--role-weights", "generator=3,aggregator=0.5"])
+    assert args.kl_coefs == {"aggregator": 0.0} and args.role_weight_map == {"generator": 3.0, "aggregator": 0.5}
+
+
+def test_device_cuda_without_cuda_is_refused(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # a CPU-only build, also on a GPU machine
+    for device in ("cuda", "cuda:1"):
+        refused(["--device", device, "--out", str(tmp_path / "run")], capsys, f"--device must be cpu (this torch "
+                f"sees no GPU), got {device}")
+    assert not os.path.exists(tmp_path / "run")
+
+
+def test_bad_flag_in_a_real_process_has_no_traceback(tmp_path):
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    p = subprocess.run([sys.executable, os.path.join(root, "train.py"), "--lr", "-1", "--out", str(tmp_path / "run")],
+                       capture_output=True, text=True, cwd=str(tmp_path))
+    assert (p.returncode, p.stderr, p.stdout) == (2, "error: --lr must be > 0, got -1.0\n", "")
+    assert os.listdir(tmp_path) == []  # no run folder, no runs/
+
+
+def test_bad_files_and_run_dirs(tmp_path, capsys):
     with pytest.raises(SystemExit, match="no such data file"):
         train.main([*SMALL, "--data", str(tmp_path / "missing.jsonl"), "--out", str(tmp_path / "a")])
     bad = tmp_path / "bad.jsonl"
@@ -333,12 +399,168 @@ def test_bad_files_and_run_dirs(tmp_path):
         train.main([*SMALL, "--data", str(bad), "--out", str(tmp_path / "b")])
     with pytest.raises(SystemExit, match="no such model"):
         train.main(["--model", "./no-model-here", "--out", str(tmp_path / "c")])
-    with pytest.raises(SystemExit, match="no checkpoint"):
-        train.main(["--out", str(tmp_path / "empty"), "--resume"])
+    refused(["--out", str(tmp_path / "empty"), "--resume"], capsys, "--resume: no run in")
+    refused(["--resume"], capsys, "--resume needs --out DIR")
     out = str(tmp_path / "run")
     train.main(["--workflow", "single", "--steps", "1", "--out", out, *SMALL])
-    with pytest.raises(SystemExit, match="already holds a run"):
-        train.main(["--workflow", "single", "--steps", "1", "--out", out, *SMALL])
+    before = snapshot(out)
+    refused(["--workflow", "single", "--steps", "1", "--out", out, *SMALL], capsys, "already holds a run; pass --resume")
+    assert snapshot(out) == before
+
+
+@pytest.mark.parametrize("what", ["file", "model config", "not json", "other files"])
+def test_out_holding_something_else_is_refused_and_left_alone(tmp_path, capsys, what):
+    """--out on a file, or on a folder that is not a run of train.py (an HF model folder's config.json, a
+    config.json that is no JSON, any other files): refused, with or without --resume, and nothing changes."""
+    out = tmp_path / "out"
+    if what == "file":
+        out.write_text("my notes\n")
+    else:
+        out.mkdir()
+        (out / ("notes.txt" if what == "other files" else "config.json")).write_text(
+            {"model config": json.dumps({"model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"]}),
+             "not json": "{oops", "other files": "my notes\n"}[what])
+    before = snapshot(str(out))
+    refused(["--workflow", "single", "--out", str(out), *SMALL], capsys,
+            f"--out {out} is {'a file' if what == 'file' else 'a folder of something else'}: not a run of train.py")
+    refused(["--out", str(out), "--resume"], capsys, f"--out {out} is")
+    assert snapshot(str(out)) == before
+
+
+# --------------------------------------------------------------------------- issue 18: resume you can trust
+
+def test_resume_refuses_changed_flags_and_lists_them(tmp_path, capsys):
+    """Regression: --resume trained on with the saved value of every flag but --steps (--lr 1e-3 at the
+    old lr; --workflow evalopt on a Voting run resumed Voting). A flag given with another value is now an
+    error naming each, also one given at its default (2e-05) when the run used another; flags given with
+    the run's own values, and the safe ones (--steps, cadences), are accepted."""
+    out = str(tmp_path / "run")
+    train.main(["--workflow", "single", "--steps", "1", "--lr", "1e-3", "--out", out, *SMALL])
+    before = snapshot(out)
+    err = refused(["--out", out, "--resume", "--steps", "2", "--lr", "2e-05", "--workflow", "voting"], capsys,
+                  "--resume: ")
+    assert f"{out} was trained with --workflow single (given: voting), --lr 0.001 (given: 2e-05); a resume may " \
+           f"change only --steps, --save-every, --eval-every, --eval-problems, --sample-every, --token-budget" in err
+    refused(["--out", out, "--resume", "--device", "cuda:0"], capsys, "--device cpu (given: cuda:0)")
+    assert snapshot(out) == before
+    train.main(["--out", out, "--resume", "--steps", "2", "--workflow", "single", "--lr", "1e-3", "--model", "tiny",
+                "--save-every", "5", "--sample-every", "1"])  # the run's own values, and the safe flags changed
+    config = json.load(open(os.path.join(out, "config.json")))
+    assert (config["steps"], config["save_every"], config["sample_every"], config["lr"]) == (2, 5, 1, 1e-3)
+    assert [x["step"] for x in read_metrics(out)] == [1, 2] and os.path.isdir(os.path.join(out, "step_000002"))
+
+
+def test_resume_of_a_config_without_a_newer_flag_uses_its_default(tmp_path, capsys):
+    """Regression: a flag added after a run was started broke its --resume (AttributeError on the old
+    config.json). Now the flag takes its default and one line says so."""
+    out = str(tmp_path / "run")
+    train.main(["--workflow", "single", "--steps", "1", "--out", out, *SMALL])
+    path = os.path.join(out, "config.json")
+    config = json.load(open(path))
+    del config["dual_clip"], config["clip_high"]  # as if written before these flags existed
+    json.dump(config, open(path, "w"))
+    capsys.readouterr()
+    train.main(["--out", out, "--resume", "--steps", "2"])
+    notes = [line for line in capsys.readouterr().out.splitlines() if "predates" in line]
+    assert notes == [f"note: {path} predates --clip-high 0.28, --dual-clip 3.0: using these defaults"]
+    config = json.load(open(path))
+    assert (config["dual_clip"], config["clip_high"]) == (3.0, 0.28) and len(read_metrics(out)) == 2
+
+
+@pytest.mark.parametrize("rerun", ["--resume", "same command", "other flags"])
+def test_run_stopped_before_its_first_checkpoint_starts_over(tmp_path, monkeypatch, capsys, rerun):
+    """Regression: a run that crashed before its first checkpoint locked its folder (a rerun: "pass
+    --resume"; --resume: "no checkpoint"). Now both start it over from step 0: --resume with its saved
+    settings, a rerun with the flags given; its metrics and samples are replaced, not appended to."""
+    monkeypatch.setattr(workflows.rewards, "grade", fake_grade)
+    flags = ["--workflow", "single", "--steps", "2", "--save-every", "10", "--sample-every", "1", *SMALL]
+    reference, out = str(tmp_path / "reference"), str(tmp_path / "run")
+    train.main([*flags, "--out", reference])
+    real_step = train.train_step
+    monkeypatch.setattr(train, "train_step", lambda *a: real_step(*a) if a[-1] < 2 else 1 / 0)  # dies in step 2
+    with pytest.raises(ZeroDivisionError):
+        train.main([*flags, "--out", out])
+    monkeypatch.setattr(train, "train_step", real_step)
+    assert [x["step"] for x in read_metrics(out)] == [1] and train.checkpoints(out) == []
+    capsys.readouterr()
+    train.main({"--resume": ["--out", out, "--resume"], "same command": [*flags, "--out", out],
+                "other flags": [*flags, "--steps", "1", "--out", out]}[rerun])
+    assert f"note: {out} stopped before its first checkpoint: starting it over from step 0" in capsys.readouterr().out
+    if rerun == "other flags":
+        assert [x["step"] for x in read_metrics(out)] == [1] and train.checkpoints(out) == ["step_000001"]
+    else:  # what an uninterrupted run writes
+        assert strip_time(read_metrics(out)) == strip_time(read_metrics(reference))
+        assert open(os.path.join(out, "samples.txt")).read() == open(os.path.join(reference, "samples.txt")).read()
+        assert adapters_of(out, 2).keys() == adapters_of(reference, 2).keys()
+        assert all(torch.equal(a, b) for a, b in zip(adapters_of(out, 2)["generator.safetensors"].values(),
+                                                     adapters_of(reference, 2)["generator.safetensors"].values()))
+
+
+@pytest.mark.parametrize("damage", ["state.pt", "generator.safetensors", "missing state.pt"])
+def test_corrupt_checkpoint_on_resume_is_one_line(tmp_path, capsys, damage):
+    out = str(tmp_path / "run")
+    train.main(["--workflow", "single", "--steps", "1", "--out", out, *SMALL])
+    path = os.path.join(out, "step_000001", damage.split()[-1])
+    if damage.startswith("missing"):
+        os.remove(path)
+    else:
+        with open(path, "r+b") as f:
+            f.truncate(os.path.getsize(path) // 2)
+    before = snapshot(out)
+    refused(["--out", out, "--resume", "--steps", "2"], capsys,
+            f"error: --resume: cannot restore {os.path.join(out, 'step_000001')} (")
+    assert snapshot(out) == before
+
+
+def test_config_records_where_each_start_came_from(tmp_path):
+    """config.json: per start (the first, then each resume) its step, the command line, the git commit
+    (with -dirty for uncommitted changes; None outside a git checkout), the versions and the GPU."""
+    import transformers
+    out = str(tmp_path / "run")
+    argv = ["--workflow", "single", "--steps", "1", "--out", out, *SMALL]
+    train.main(argv)
+    train.main(["--out", out, "--resume", "--steps", "2"])
+    starts = json.load(open(os.path.join(out, "config.json")))["starts"]
+    root = os.path.dirname(train.__file__)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True,
+                           text=True).stdout.strip()
+    assert head and train.git_commit() == head + ("-dirty" if dirty else "")
+    assert train.git_commit(str(tmp_path)) is None  # not a git checkout
+    common = {"commit": train.git_commit(), "python": platform.python_version(), "torch": torch.__version__,
+              "transformers": transformers.__version__, "gpu": "cpu", "ranks": 1}
+    assert starts == [{"step": 0, "command": ["train.py", *argv], **common},
+                      {"step": 1, "command": ["train.py", "--out", out, "--resume", "--steps", "2"], **common}]
+
+
+def test_help_leads_with_the_common_flags(capsys):
+    with pytest.raises(SystemExit) as e:
+        train.parse_args(["--help"])
+    text = capsys.readouterr().out
+    assert e.value.code == 0
+    at = [text.index(f"\n  --{name}") for name in ("workflow", "policy", "task", "model", "steps", "out", "resume",
+                                                    "data", "problems", "lr", "sample-every")]
+    assert at == sorted(at)
+    assert "--steps, --save-every, --eval-every, --eval-problems, --sample-every, --token-budget" in " ".join(text.split()).replace("- ", "-")  # argparse wraps at hyphens
+    assert text.index("--sample-every") < text.index("Several GPUs") and text.index("torchrun") > at[-1]
+
+
+def test_samples_show_each_turns_prompt(tiny):
+    """samples.txt: each turn's prompt on one line, whitespace collapsed, a long one cut in the middle."""
+    from models import chat_ids
+    model, tok = tiny
+    short, long = "Solve this.\n\nProblem: 2 + 2?", "Review it. " + " ".join(f"word{i}" for i in range(200)) + " THE END"
+    turns = [workflows.Turn(role, role, chat_ids(tok, text), [5, 6], [0.0, 0.0], "stop", f"reply of {role}")
+             for role, text in (("generator", short), ("evaluator", long))]
+    import tempfile
+    with tempfile.TemporaryDirectory() as out:
+        train.write_sample(out, 1, workflows.Episode("p7", 0, turns=turns, final="", reward=1.0, status="correct"), tok)
+        lines = open(os.path.join(out, "samples.txt")).read().splitlines()
+    assert lines[0] == "=== step 1 problem p7 rollout 0 reward 1.0 (correct)"
+    assert lines[1:4] == ["--- generator (generator, 2 tokens, stop)", "prompt: user Solve this. Problem: 2 + 2? "
+                          "assistant", "reply of generator"]
+    assert lines[5].startswith("prompt: user Review it. word0 word1") and lines[5].endswith("word199 THE END assistant")
+    assert " [...] " in lines[5] and len(lines[5]) == len("prompt: ") + 400 + len(" [...] ") and "word100 " not in lines[5]
 
 
 def test_micro_batches_count_prompt_tokens(tiny, monkeypatch):
