@@ -220,8 +220,8 @@ def parse_role_values(p, flag, text, workflow, sign):
             {k.strip(): float(v) for k, v in (item.split("=") for item in text.split(",") if item.strip())}
     except ValueError:
         p.error(f"{flag} expects a number or role=number pairs separated by commas, got {text!r}")
-    if unknown := sorted(set(values) - {None} - set(ROLES[workflow])):
-        p.error(f"{flag}: no role {', '.join(unknown)} in {workflow} (its roles: {', '.join(ROLES[workflow])})")
+    if unknown := sorted(set(values) - {None} - set(roles := WORKFLOWS[workflow].roles)):
+        p.error(f"{flag}: no role {', '.join(unknown)} in {workflow} (its roles: {', '.join(roles)})")
     if bad := [v for v in values.values() if not (v > 0 if sign == "> 0" else v >= 0)]:
         p.error(f"{flag} values must be {sign}, got {bad[0]}")
     return values
