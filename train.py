@@ -571,7 +571,7 @@ def train_step(model, tok, problems, args, optimizers, gen, step):
     metrics["workflow"] = WORKFLOWS[args.workflow].stats(episodes, args.task)[0]
     metrics["time"] = {"rollout": t_rollout - t0, "reward": t1 - t_rollout, "old_logprobs": t2 - t1,
                        "update": t3 - t2, "total": t3 - t0, "ranks": world()[1],  # times are rank 0's
-                       "update_by_adapter": dict(by_adapter), "stages": policy.stages,  # [role, rows, tokens, s]
+                       "update_by_adapter": dict(by_adapter), "stages": getattr(policy, "stages", None),  # make_policy's
                        "rollout_tokens_per_s": sum(len(r.completion_ids) for r in rows) / max(t_rollout - t0, 1e-9)}
     return metrics, episodes
 

@@ -24,6 +24,12 @@ def fake_grade(completions, problems, **kw):
     return [(float(len(c) % 2 == 0), "correct" if len(c) % 2 == 0 else "wrong") for c in completions]
 
 
+def alternate_grade(completions, problems, **kw):
+    """Rewards 0, 1, 0, 1, ...: every group of 2 rollouts has both, so no advantage is 0 and every row
+    runs in the update (rows with advantage 0 are skipped there)."""
+    return [(float(i % 2), "wrong") for i in range(len(completions))]
+
+
 def read_metrics(out):
     with open(os.path.join(out, "metrics.jsonl")) as f:
         return [json.loads(line) for line in f]
@@ -297,9 +303,7 @@ def test_first_step_without_old_logprobs_equals_recomputed_ones(tiny, scratch_ad
 
 
 def test_non_finite_loss_skips_steps_then_stops(tmp_path, monkeypatch):
-    # rewards 0, 1 in every group of 2: each step has rows to run (zero-advantage rows are not run)
-    monkeypatch.setattr(workflows.rewards, "grade", lambda completions, problems, **kw: [
-        (float(i % 2), "wrong") for i in range(len(completions))])
+    monkeypatch.setattr(workflows.rewards, "grade", alternate_grade)  # each step has rows to run
     real = train.grpo.token_loss
     monkeypatch.setattr(train.grpo, "token_loss", lambda *a, **k: tuple(
         x * float("nan") if i == 0 else x for i, x in enumerate(real(*a, **k))))
@@ -695,7 +699,7 @@ def test_lora_dropout_first_step_ratio_is_exactly_one(tmp_path, monkeypatch):
     """Regression: with --lora-dropout > 0 an adapter with several steps (per-instance voters) compared its
     dropout update with old log-probs recomputed without dropout, so its first step's ratio was not 1 once
     B != 0 (step 2). Now every adapter's first step takes its own forward's log-probs: ratio exactly 1."""
-    monkeypatch.setattr(workflows.rewards, "grade", fake_grade)
+    monkeypatch.setattr(workflows.rewards, "grade", alternate_grade)
     gaps, real = [], train.grpo.token_loss
     monkeypatch.setattr(train.grpo, "token_loss", lambda lp, old, *a, **k: (
         gaps.append(float((lp.detach() - old).abs().max())), real(lp, old, *a, **k))[1])
