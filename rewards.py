@@ -301,8 +301,7 @@ class _Sympy:
                     self.proc = None
                     raise _Undecided("the sympy helper did not start")
             try:
-                self.proc.stdin.write(json.dumps([a, b]) + "\n")
-                self.proc.stdin.flush()
+                print(json.dumps([a, b]), file=self.proc.stdin, flush=True)
             except OSError:
                 self.proc = None
                 raise _Undecided("sympy helper died")
@@ -643,13 +642,9 @@ def run_python(code: str, tests: str = "", *, setup: str = "", entry_point: str 
         for f in files:
             f.close()
         _rmtree(work)
-    if not exited or rc == 128 + signal.SIGXCPU:
-        status = "timeout"
-    elif rc == 0 and (stdin is not None or proof == nonce.encode()):
-        status = "pass"
-    else:
-        status = "fail"
-    return ExecResult(status, rc, out, err, time.monotonic() - t0)
+    timed_out = not exited or rc == 128 + signal.SIGXCPU
+    passed = rc == 0 and (stdin is not None or proof == nonce.encode())  # a test run: only with the nonce written
+    return ExecResult("timeout" if timed_out else "pass" if passed else "fail", rc, out, err, time.monotonic() - t0)
 
 
 def bad_problem(problem: dict) -> str | None:
