@@ -92,8 +92,7 @@ class LoRALinear(nn.Module):
         y = self.base(x)
         if (name := self.active) not in self.adapters:   # None, or this layer is not a target of the adapter
             return y
-        A = self.lora_A[name].to(x.dtype)             # fp32 master -> compute dtype (no-op in fp32)
-        B = self.lora_B[name].to(x.dtype)
+        A, B = self.lora_A[name].to(x.dtype), self.lora_B[name].to(x.dtype)  # fp32 masters -> compute dtype
         return y + F.linear(F.linear(self.lora_dropout[name](x), A), B) * self.scaling(name)
 
     def merged_weight(self, name: str) -> torch.Tensor:
@@ -202,8 +201,7 @@ def set_adapter(model: nn.Module, name: str | None) -> None:
     """Make `name` the adapter every forward uses (None = the base model); only its parameters require
     grad. Cheap: a walk over the modules and a requires_grad flag per parameter, no copies."""
     trained = adapter_parameters(model, name) if name is not None else []   # raises for an unknown name
-    for p in model.parameters():     # base, embeddings, lm_head and every other adapter: frozen
-        p.requires_grad_(False)
+    model.requires_grad_(False)     # base, embeddings, lm_head and every other adapter: frozen
     for _, m in _wrappers(model):
         m.active = name
     for p in trained:
