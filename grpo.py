@@ -75,10 +75,7 @@ def token_weights(roles, lengths, mode="seq-mean-token-mean", role_weights=None)
     if total <= 0:
         raise ValueError(f"role weights {role_weights} leave no weight on the batch")
     weights = [w / total for w in weights]
-    shares = defaultdict(float)
-    for i in live:
-        shares[roles[i]] += weights[i] * lengths[i]
-    return weights, dict(shares)
+    return weights, {role: sum(weights[i] * lengths[i] for i in live if roles[i] == role) for role in per_role}
 
 
 def micro_batches(lengths, token_budget):
