@@ -165,12 +165,8 @@ def _container(s: str) -> tuple[str, list[str]] | None:
     kind, inner = "", s
     if len(s) >= 2 and s[0] in "([{" and s[-1] in ")]}" and all(d > 0 for _, d in _depths(s[:-1])):
         kind, inner = s[0] + s[-1], s[1:-1]
-    items, start = [], 0
-    for k, (ch, d) in enumerate(_depths(inner)):
-        if ch == "," and d == 0:
-            items.append(inner[start:k].strip())
-            start = k + 1
-    items.append(inner[start:].strip())
+    cuts = [k for k, (ch, d) in enumerate(_depths(inner)) if ch == "," and d == 0]  # the top-level commas
+    items = [inner[a + 1:b].strip() for a, b in zip([-1] + cuts, cuts + [len(inner)])]
     return (kind, items) if len(items) > 1 else None
 
 
