@@ -37,6 +37,7 @@ import json
 import math
 import os
 import sys
+from collections.abc import Iterator
 
 import torch
 import torch.nn as nn
@@ -119,16 +120,14 @@ def _find_blocks(model: nn.Module) -> nn.ModuleList:
     return min(lists, key=lambda nm: nm[0].count("."))[1]
 
 
-def _slots(module: nn.Module) -> list[tuple[nn.Module, str, nn.Module]]:
+def _slots(module: nn.Module) -> Iterator[tuple[nn.Module, str, nn.Module]]:
     """(parent, attribute, layer) for every nn.Linear / LoRALinear under `module` (the blocks), depth first in
     module order; never inside a LoRALinear."""
-    out = []
     for attr, child in module.named_children():
         if isinstance(child, (LoRALinear, nn.Linear)):
-            out.append((module, attr, child))
+            yield module, attr, child
         else:
-            out += _slots(child)
-    return out
+            yield from _slots(child)
 
 
 def _wrappers(model: nn.Module, name: str | None = None) -> list[tuple[str, LoRALinear]]:
@@ -164,7 +163,7 @@ def add_adapter(model: nn.Module, name: str, rank: int = 64, alpha: float = 32.0
     if int(rank) != rank or rank < 1 or not 0.0 <= dropout < 1.0:
         raise ValueError(f"need an integer rank >= 1 and 0 <= dropout < 1, got rank={rank}, dropout={dropout}")
     targets = [targets] if isinstance(targets, str) else targets
-    slots = _slots(_find_blocks(model))
+    slots = list(_slots(_find_blocks(model)))
     available = sorted({attr for _, attr, _ in slots})
     if targets is not None:
         if (unknown := sorted(set(targets) - set(available))) or not targets:
