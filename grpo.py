@@ -14,6 +14,7 @@ Left out: entropy bonus and several PPO epochs (the reference uses neither), val
 reward models, sequence packing. No reference model is run unless a KL coefficient is > 0.
 """
 from collections import Counter, defaultdict
+from functools import partial
 
 import torch
 from torch.utils.checkpoint import checkpoint
@@ -74,10 +75,7 @@ def token_weights(roles, lengths, mode="seq-mean-token-mean", role_weights=None)
     if total <= 0:
         raise ValueError(f"role weights {role_weights} leave no weight on the batch")
     weights = [w / total for w in weights]
-    shares = defaultdict(float)
-    for i in live:
-        shares[roles[i]] += weights[i] * lengths[i]
-    return weights, dict(shares)
+    return weights, {role: sum(weights[i] * lengths[i] for i in live if roles[i] == role) for role in per_role}
 
 
 def micro_batches(lengths, token_budget):
@@ -141,13 +139,10 @@ def completion_logprobs(model, prompts, completions, temperature=1.0, chunk_toke
     hidden = hidden[torch.tensor(rows, device=device), torch.tensor(cols, device=device)]  # (N, H)
     targets = torch.tensor(targets, device=device)
     head = output_head(model)
-    logps, entropies = [], []
-    for s in range(0, len(targets), chunk_tokens):
-        args = (head, hidden[s:s + chunk_tokens], targets[s:s + chunk_tokens], temperature)
-        lp, ent = checkpoint(_chunk_logprobs, *args, use_reentrant=False) if torch.is_grad_enabled() \
-            else _chunk_logprobs(*args)
-        logps.append(lp)
-        entropies.append(ent)
+    # with grad on, each chunk runs under checkpoint: its (N, V) logits are recomputed in backward, not kept
+    run = partial(checkpoint, _chunk_logprobs, use_reentrant=False) if torch.is_grad_enabled() else _chunk_logprobs
+    logps, entropies = zip(*[run(head, hidden[s:s + chunk_tokens], targets[s:s + chunk_tokens], temperature)
+                             for s in range(0, len(targets), chunk_tokens)])
     sizes = [len(c) for c in completions]
     return list(torch.cat(logps).split(sizes)), list(torch.cat(entropies).split(sizes))
 

@@ -37,6 +37,7 @@ import json
 import math
 import os
 import sys
+from collections.abc import Iterator
 
 import torch
 import torch.nn as nn
@@ -92,8 +93,7 @@ class LoRALinear(nn.Module):
         y = self.base(x)
         if (name := self.active) not in self.adapters:   # None, or this layer is not a target of the adapter
             return y
-        A = self.lora_A[name].to(x.dtype)             # fp32 master -> compute dtype (no-op in fp32)
-        B = self.lora_B[name].to(x.dtype)
+        A, B = self.lora_A[name].to(x.dtype), self.lora_B[name].to(x.dtype)  # fp32 masters -> compute dtype
         return y + F.linear(F.linear(self.lora_dropout[name](x), A), B) * self.scaling(name)
 
     def merged_weight(self, name: str) -> torch.Tensor:
@@ -120,16 +120,14 @@ def _find_blocks(model: nn.Module) -> nn.ModuleList:
     return min(lists, key=lambda nm: nm[0].count("."))[1]
 
 
-def _slots(module: nn.Module) -> list[tuple[nn.Module, str, nn.Module]]:
+def _slots(module: nn.Module) -> Iterator[tuple[nn.Module, str, nn.Module]]:
     """(parent, attribute, layer) for every nn.Linear / LoRALinear under `module` (the blocks), depth first in
     module order; never inside a LoRALinear."""
-    out = []
     for attr, child in module.named_children():
         if isinstance(child, (LoRALinear, nn.Linear)):
-            out.append((module, attr, child))
+            yield module, attr, child
         else:
-            out += _slots(child)
-    return out
+            yield from _slots(child)
 
 
 def _wrappers(model: nn.Module, name: str | None = None) -> list[tuple[str, LoRALinear]]:
@@ -165,7 +163,7 @@ def add_adapter(model: nn.Module, name: str, rank: int = 64, alpha: float = 32.0
     if int(rank) != rank or rank < 1 or not 0.0 <= dropout < 1.0:
         raise ValueError(f"need an integer rank >= 1 and 0 <= dropout < 1, got rank={rank}, dropout={dropout}")
     targets = [targets] if isinstance(targets, str) else targets
-    slots = _slots(_find_blocks(model))
+    slots = list(_slots(_find_blocks(model)))
     available = sorted({attr for _, attr, _ in slots})
     if targets is not None:
         if (unknown := sorted(set(targets) - set(available))) or not targets:
@@ -202,8 +200,7 @@ def set_adapter(model: nn.Module, name: str | None) -> None:
     """Make `name` the adapter every forward uses (None = the base model); only its parameters require
     grad. Cheap: a walk over the modules and a requires_grad flag per parameter, no copies."""
     trained = adapter_parameters(model, name) if name is not None else []   # raises for an unknown name
-    for p in model.parameters():     # base, embeddings, lm_head and every other adapter: frozen
-        p.requires_grad_(False)
+    model.requires_grad_(False)     # base, embeddings, lm_head and every other adapter: frozen
     for _, m in _wrappers(model):
         m.active = name
     for p in trained:

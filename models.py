@@ -11,6 +11,7 @@ It returns (model, tokenizer) in eval mode with frozen weights: bf16 on CUDA, fp
 thinking disabled (an empty think block prefilled, as the reference does), and `stop_ids` lists
 the token ids that end a turn. Left out: quantized training, multi-GPU sharding, system prompts.
 """
+import contextlib
 import os
 import re
 import socket
@@ -94,10 +95,8 @@ def _from_pretrained(spec, dtype, **kw):
 
 def _load_pretrained(spec, dtype):
     """Local cache first (fast, offline), then the hub if it answers; a clear error otherwise."""
-    try:
+    with contextlib.suppress(OSError):  # not cached (or incomplete): try the hub
         return _from_pretrained(spec, dtype, local_files_only=True)
-    except OSError:
-        pass
     if not _hub_reachable():
         raise RuntimeError(
             f"model '{spec}' is not in the local Hugging Face cache and the hub cannot be reached "

@@ -165,12 +165,8 @@ def _container(s: str) -> tuple[str, list[str]] | None:
     kind, inner = "", s
     if len(s) >= 2 and s[0] in "([{" and s[-1] in ")]}" and all(d > 0 for _, d in _depths(s[:-1])):
         kind, inner = s[0] + s[-1], s[1:-1]
-    items, start = [], 0
-    for k, (ch, d) in enumerate(_depths(inner)):
-        if ch == "," and d == 0:
-            items.append(inner[start:k].strip())
-            start = k + 1
-    items.append(inner[start:].strip())
+    cuts = [k for k, (ch, d) in enumerate(_depths(inner)) if ch == "," and d == 0]  # the top-level commas
+    items = [inner[a + 1:b].strip() for a, b in zip([-1] + cuts, cuts + [len(inner)])]
     return (kind, items) if len(items) > 1 else None
 
 
@@ -301,8 +297,7 @@ class _Sympy:
                     self.proc = None
                     raise _Undecided("the sympy helper did not start")
             try:
-                self.proc.stdin.write(json.dumps([a, b]) + "\n")
-                self.proc.stdin.flush()
+                print(json.dumps([a, b]), file=self.proc.stdin, flush=True)
             except OSError:
                 self.proc = None
                 raise _Undecided("sympy helper died")
@@ -643,13 +638,9 @@ def run_python(code: str, tests: str = "", *, setup: str = "", entry_point: str 
         for f in files:
             f.close()
         _rmtree(work)
-    if not exited or rc == 128 + signal.SIGXCPU:
-        status = "timeout"
-    elif rc == 0 and (stdin is not None or proof == nonce.encode()):
-        status = "pass"
-    else:
-        status = "fail"
-    return ExecResult(status, rc, out, err, time.monotonic() - t0)
+    timed_out = not exited or rc == 128 + signal.SIGXCPU
+    passed = rc == 0 and (stdin is not None or proof == nonce.encode())  # a test run: only with the nonce written
+    return ExecResult("timeout" if timed_out else "pass" if passed else "fail", rc, out, err, time.monotonic() - t0)
 
 
 def bad_problem(problem: dict) -> str | None:

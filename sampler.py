@@ -157,15 +157,13 @@ class StaticKV:
         self.v = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(config.num_hidden_layers)]
         self.pos = torch.zeros((), dtype=torch.long, device=device)
         self.steps = torch.arange(length, device=device)
-        self.first, self.rows = 0, rows  # the batch uses rows [first:first+rows]; compaction shrinks it
-        self.length = length  # attention reads slots [:self.length]
+        # the batch uses rows [first:first+rows] (compaction shrinks it); attention reads slots [:length]
+        self.first, self.rows, self.length = 0, rows, length
 
     def update(self, key, value, layer_idx, *args, **kwargs):
-        where = self.pos + self.steps[:key.shape[2]]
-        k = self.k[layer_idx][self.first:self.first + self.rows]
-        v = self.v[layer_idx][self.first:self.first + self.rows]
-        k.index_copy_(2, where, key)
-        v.index_copy_(2, where, value)
+        where = self.pos + self.steps[:key.shape[2]]  # the new tokens' slots
+        k = self.k[layer_idx][self.first:self.first + self.rows].index_copy_(2, where, key)  # into the buffer (a view)
+        v = self.v[layer_idx][self.first:self.first + self.rows].index_copy_(2, where, value)
         return k[:, :, :self.length], v[:, :, :self.length]
 
     def get_seq_length(self, layer_idx=0):

@@ -119,10 +119,8 @@ def parse_choice(text, n):
     boxed = [int(m) for m in _BOXED_INT.findall(text) if 1 <= int(m) <= n]
     if boxed:
         return boxed[-1], "boxed"
-    for m in re.finditer(r"(?<!\d)\d+(?!\d)", text):
-        if 1 <= int(m.group()) <= n:
-            return int(m.group()), "digit"
-    return 1, "default"
+    first = next((int(m) for m in re.findall(r"(?<!\d)\d+(?!\d)", text) if 1 <= int(m) <= n), None)
+    return (first, "digit") if first else (1, "default")
 
 
 def parse_strategies(text, max_strategies=3):

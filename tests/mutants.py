@@ -130,7 +130,7 @@ MUTANTS = [
     ("merged-weights-not-restored", "lora.py", "merged",
      "m.base.weight.data, m.active = data, name", "m.active = name", LORA),
     ("set-adapter-leaves-others-trainable", "lora.py", "set_adapter",
-     "p.requires_grad_(False)", "p.requires_grad_(p.requires_grad)", LORA),
+     "model.requires_grad_(False)", "model", LORA),
     ("adapter-added-in-train-mode", "lora.py", "add_adapter",
      "layer.train(layer.base.training)", "layer.train(True)", LORA),
     ("peft-keys-without-prefix", "lora.py", "export_peft", 'PEFT_PREFIX + k + ".weight"', 'k + ".weight"', LORA),
