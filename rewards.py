@@ -47,6 +47,7 @@ Tests: python -m pytest -q tests/test_rewards.py; throughput: python bench/rewar
 """
 import ast
 import contextlib
+import inspect
 import json
 import os
 import pwd
@@ -409,8 +410,7 @@ class ExecResult:
 # beforehand: a program can rebind globals and builtins (__main__.exec = ...), but not the frames holding these,
 # and it runs in a second thread, where Python refuses to install signal handlers (a handler's frame argument
 # would lead back to these frames); frames are otherwise refused by the audit hook.
-_HARNESS = r"""
-def main():
+def _sandbox_main():
     import _collections, _thread, ast, builtins, collections, json, os, resource, sys  # never ctypes: see below
     job_path, result_fd = sys.argv[1], int(sys.argv[2])
     with open(job_path) as f:
@@ -559,8 +559,10 @@ def main():
         wait.acquire()  # forever: the worker ends the process
     except BaseException:
         exit_(1)
-main()
-"""
+
+
+# The harness runs as its own program (python -S -c, argv: job file, result fd): this function's source, then a call.
+_HARNESS = inspect.getsource(_sandbox_main) + "_sandbox_main()\n"
 
 _SITE = [p for p in dict.fromkeys(sysconfig.get_paths()[k] for k in ("purelib", "platlib")) if os.path.isdir(p)]
 

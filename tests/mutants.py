@@ -7,7 +7,7 @@ the tests notice. A test suite that passes with the algorithm broken is not test
 
 Run by hand, not in CI (it is not a test module: pytest does not collect it). Each mutant is one
 row of MUTANTS: (name, file, function, pattern, replacement, tests). `function` is a function or
-method name ("LoRALinear.scaling") or a module-level variable holding code ("_HARNESS"); `pattern` must occur exactly once in that function's source
+method name ("LoRALinear.scaling") or a module-level variable holding code ("_SYMPY_WORKER"); `pattern` must occur exactly once in that function's source
 (found through ast, so unrelated code may move freely) and is replaced by `replacement`. When a
 refactor changes the line, the mutant reports an ERROR naming itself; update its pattern here.
 Every mutant gets a fresh copy of the *.py files and tests/ (never the working tree), then
@@ -185,10 +185,10 @@ MUTANTS = [
     ("juxtaposed-numbers-multiply", "rewards.py", "_to_sympy", r"|[\d.]\s+[\d.]|\)\s*[\d.]", "", REWARDS_GAMED),
     ("no-answer-length-cap", "rewards.py", "math_check",
      "if len(pred) > MAX_ANSWER_CHARS or len(gold) > MAX_ANSWER_CHARS:", "if False:", REWARDS_GAMED),
-    ("tests-trust-the-programs-objects", "rewards.py", "_HARNESS", "if plain(a) != plain(b):", "if False:", REWARDS_SANDBOX),
-    ("program-shadows-builtins-in-tests", "rewards.py", "_HARNESS",
+    ("tests-trust-the-programs-objects", "rewards.py", "_sandbox_main", "if plain(a) != plain(b):", "if False:", REWARDS_SANDBOX),
+    ("program-shadows-builtins-in-tests", "rewards.py", "_sandbox_main",
      "ns = {k: v for k, v in g.items() if k not in tb or k == ep}", "ns = dict(g)", REWARDS_SANDBOX),
-    ("program-redefines-setup-helpers", "rewards.py", "_HARNESS",
+    ("program-redefines-setup-helpers", "rewards.py", "_sandbox_main",
      "ns.update({k: v for k, v in setup_ns.items() if k != ep}, ", "ns.update(", REWARDS_SANDBOX),
     ("check-without-entry-point-accepted", "rewards.py", "bad_problem",
      "_CHECK.search(tests) and not", "False and not", REWARDS_SANDBOX),
