@@ -108,7 +108,7 @@ def run(args):
     problems, eval_set, model, tok = load(args)
     rank = world()[0]
     adapters, optimizers = add_adapters(model, args)
-    gen = rank_generator(args.seed, next(model.parameters()).device)  # the sampler's; rank 0: as a plain run's
+    gen = seed_streams(torch.Generator(device=next(model.parameters()).device), args.seed)  # the sampler's
     start, consumed = resume(args, model, adapters, optimizers, gen) if args.resume else (0, 0)
     if start >= args.steps:
         if rank == 0:
@@ -116,7 +116,7 @@ def run(args):
                   f"Pass a larger --steps to train further.")
         return args.out
     broadcast_adapters(model, adapters)  # torchrun: every rank starts from rank 0's weights
-    config = record_start(args, start, model, adapters, len(problems))
+    record_start(args, start, model, adapters, len(problems))
     bad_in_a_row = 0
     with ctrl_c_finishes_the_step(world()[1] == 1) as stop:
         bar = tqdm(range(start, args.steps), initial=start, total=args.steps, desc="train", dynamic_ncols=True,
@@ -138,7 +138,7 @@ def run(args):
             bar.set_postfix(reward=f"{metrics['reward_mean']:.3f}", skipped=metrics["skipped_steps"])
             bad_in_a_row = bad_in_a_row + 1 if metrics["skipped_steps"] else 0
             if step + 1 == args.steps or stop["requested"] or bad_in_a_row >= 3 or (step + 1) % args.save_every == 0:
-                save_checkpoint(args.out, step + 1, model, adapters, optimizers, gen, consumed, config)
+                save_checkpoint(args, step + 1, model, adapters, optimizers, gen, consumed)
             if bad_in_a_row >= 3:
                 sys.exit(f"error: non-finite loss or gradient in {bad_in_a_row} steps in a row; stopped at step "
                          f"{step + 1} (checkpoint saved). Try a lower --lr.")
@@ -155,8 +155,8 @@ def train_step(model, tok, problems, args, optimizers, gen, step):
     """Rollouts -> rewards -> advantages -> old log-probs -> updates. Returns (metrics, episodes)."""
     t0 = time.perf_counter()
     policy = policy_for(model, tok, args, gen)
-    episodes = run_workflow(args.workflow, problems, args.group, policy,
-                            task=args.task, rounds=args.rounds, n_voters=args.voters, grade=False)
+    episodes = run_workflow(args.workflow, problems, args.group, policy, args.task, args.rounds, args.voters,
+                            grade=False)
     t_rollout = time.perf_counter()
     grade_episodes(episodes, problems, args.group)
     rows = [t for ep in episodes for t in ep.turns]  # a row per turn, in episode order
@@ -258,8 +258,7 @@ def optimizer_step(model, adapter, rows, adv, old_lp, ref_lp, opt, args, stats):
     it is for every row of an adapter's only step in a batch). The loss is run role by role
     (role_backward) so that each role's part of the gradient can be measured. Returns False, leaving
     the adapter unchanged, when the loss or the gradient is not finite."""
-    lengths = [len(r.completion_ids) for r in rows]
-    weights, shares = step_token_weights([r.role for r in rows], lengths, args)  # per token, summing to 1
+    weights, shares = step_token_weights([r.role for r in rows], [len(r.completion_ids) for r in rows], args)
     params = lora.adapter_parameters(model, adapter)
     lora.set_adapter(model, adapter)
     model.train()
@@ -304,8 +303,7 @@ def role_backward(model, rows, adv, old_lp, ref_lp, weights, kl_coef, args, s):
         lp = torch.cat(lps)
         # the old log-probs: a None entry (an adapter's first step, train_step) takes this forward's own
         old = lp.detach() if old_lp[mb[0]] is None else torch.cat([old_lp[i] for i in mb])
-        n = torch.tensor([len(rows[i].completion_ids) for i in mb], device=lp.device)
-        per_token = lambda vals: torch.repeat_interleave(torch.tensor(vals, dtype=lp.dtype, device=lp.device), n)
+        per_token = lambda vals: torch.cat([torch.full_like(row_lp, v) for row_lp, v in zip(lps, vals)])
         ref = torch.cat([ref_lp[i] for i in mb]) if ref_lp[mb[0]] is not None else None
         loss_t, clipped, kl = grpo.token_loss(lp, old, per_token([adv[i] for i in mb]), args.clip_low, args.clip_high,
                                               args.dual_clip, ref, per_token([kl_coef] * len(mb)))
@@ -418,7 +416,7 @@ def resume(args, model, adapters, optimizers, gen):
 
 def record_start(args, start, model, adapters, n_problems):
     """Where this start came from, after a resumed run's earlier ones (code, command line, versions,
-    hardware), into args.starts; config.json written and the run announced (rank 0) -> the config."""
+    hardware), into args.starts; config.json written and the run announced (rank 0)."""
     device = next(model.parameters()).device
     args.starts = (getattr(args, "starts", []) if args.resume else []) + [{"step": start, "command": args.command,
         "commit": git_commit(), "python": sys.version.split()[0], "torch": torch.__version__, "ranks": world()[1],
@@ -432,10 +430,9 @@ def record_start(args, start, model, adapters, n_problems):
         print(f"run {args.out}: {args.workflow} / {args.policy.upper()} / {args.task} on {args.model_used} ({device}"
               f"{f' x {world()[1]} ranks' if world()[1] > 1 else ''}), {n_problems} training problems, "
               f"adapters {adapters}", flush=True)
-        if warmup_steps(args) < args.warmup:
-            print(f"note: --warmup {args.warmup} capped at {warmup_steps(args)} steps, a quarter of --steps "
+        if args.steps // 4 < args.warmup:  # lr_factor
+            print(f"note: --warmup {args.warmup} capped at {args.steps // 4} steps, a quarter of --steps "
                   f"{args.steps}, so that the run reaches --lr {args.lr}", flush=True)
-    return config
 
 
 @contextmanager
@@ -467,15 +464,11 @@ def draw_problems(problems, consumed, count, seed):
     return [problems[i] for i in stream[consumed - first * n:][:count]]
 
 
-def warmup_steps(args):
-    """--warmup, capped at a quarter of --steps: a longer warm-up never reaches --lr (every tiny run had
-    15 of 6 steps), while the cap leaves the reference's 15 of 200 and results.md's 3 of 24 as they are."""
-    return min(args.warmup, args.steps // 4)
-
-
 def lr_factor(step, args):
-    """Linear warm-up over warmup_steps(args), then cosine decay to 0 at --steps (or constant)."""
-    warmup = warmup_steps(args)
+    """Linear warm-up, then cosine decay to 0 at --steps (or constant). The warm-up is --warmup steps capped
+    at a quarter of --steps: a longer one never reaches --lr (every tiny run had 15 of 6 steps), while the
+    cap leaves the reference's 15 of 200 and results.md's 3 of 24 as they are."""
+    warmup = min(args.warmup, args.steps // 4)
     if step < warmup:
         return (step + 1) / warmup
     if args.no_cosine:
@@ -492,7 +485,7 @@ def checkpoints(out):
         if os.path.isdir(out) else []
 
 
-def save_checkpoint(out, step, model, adapters, optimizers, gen, consumed, config):
+def save_checkpoint(args, step, model, adapters, optimizers, gen, consumed):
     """Everything needed to continue exactly: adapters (safetensors), optimizer states, RNG states,
     data position (the learning rate is a function of the step). Written to a temporary folder, then
     renamed (atomic). Under torchrun every rank calls this (to hand over its RNG states) and rank 0
@@ -502,16 +495,16 @@ def save_checkpoint(out, step, model, adapters, optimizers, gen, consumed, confi
                    "cuda": torch.cuda.get_rng_state() if torch.cuda.is_available() else None})
     if world()[0] != 0:
         return
-    final = os.path.join(out, f"step_{step:06d}")
+    final = os.path.join(args.out, f"step_{step:06d}")
     tmp = final + ".tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
     for name in adapters:
         lora.save_adapter(model, name, os.path.join(tmp, f"{name}.safetensors"),
-                          {"step": str(step), "model": config["model_used"], "workflow": config["workflow"]})
+                          {"step": str(step), "model": args.model_used, "workflow": args.workflow})
+    # rng: rank 0's (a plain run's) RNG states, rng_ranks: the other ranks'
     torch.save({"step": step, "consumed": consumed, "optimizers": {k: o.state_dict() for k, o in optimizers.items()},
-                "rng": rngs[0], "rng_ranks": rngs[1:]},  # rank 0's (a plain run's) and the other ranks' RNG states
-               os.path.join(tmp, "state.pt"))
+                "rng": rngs[0], "rng_ranks": rngs[1:]}, os.path.join(tmp, "state.pt"))
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
 
@@ -533,25 +526,23 @@ def load_checkpoint(out, model, adapters, optimizers, gen, seed=0):
         cuda = saved[rank]["cuda"]
         if cuda is not None and torch.cuda.is_available():  # a list: saved by an older train.py (all GPUs)
             torch.cuda.set_rng_state_all(cuda) if isinstance(cuda, list) else torch.cuda.set_rng_state(cuda)
-    else:
-        torch.manual_seed(rank_seed(seed, rank, state["step"]))
-        gen.manual_seed(rank_seed(seed, rank, state["step"]))
-    if rank != 0:
-        return state["step"], state["consumed"]
-    # metrics and samples logged after the checkpoint (steps it did not save) are dropped: redone.
+    else:  # a rank the saved run did not have
+        seed_streams(gen, seed, state["step"])
+    # rank 0: metrics and samples logged after the checkpoint (steps it did not save) are dropped: redone.
     # An entry is a line of metrics.jsonl, or a block of samples.txt starting with "=== step N ".
     for name, entry_start, step_of in (("metrics.jsonl", r"(?m)^", lambda e: json.loads(e)["step"]),
                                        ("samples.txt", r"(?m)^(?==== step \d+ )", lambda e: int(e.split()[2]))):
         path = os.path.join(out, name)
-        if os.path.exists(path):
+        if rank == 0 and os.path.exists(path):
             with open(path) as f:
                 entries = re.split(entry_start, f.read())
             with open(path, "w") as f:
                 f.writelines(e for e in entries if e.strip() and step_of(e) <= state["step"])
     streams = "RNG states" if n == len(saved) else f"RNG states (saved on {len(saved)} rank(s), now " \
         f"{n}" + (f": ranks {len(saved)}+ start fresh streams)" if n > len(saved) else ")")
-    print(f"resumed from {folder}: step {state['step']}, adapters {list(adapters)}, optimizer "
-          f"states, {streams}, data position {state['consumed']}", flush=True)
+    if rank == 0:
+        print(f"resumed from {folder}: step {state['step']}, adapters {list(adapters)}, optimizer "
+              f"states, {streams}, data position {state['consumed']}", flush=True)
     return state["step"], state["consumed"]
 
 
@@ -750,10 +741,9 @@ def init_distributed(device):
 
 def gather(obj):
     """Every rank's `obj` (small, picklable), in rank order, on every rank; [obj] in a plain run."""
-    if not dist.is_initialized():
-        return [obj]
-    out = [None] * dist.get_world_size()
-    dist.all_gather_object(out, obj)
+    out = [obj] * world()[1]
+    if dist.is_initialized():
+        dist.all_gather_object(out, obj)  # fills `out`
     return out
 
 
@@ -763,13 +753,14 @@ def rank_seed(seed, rank, step=0):
     return seed if rank == step == 0 else int(np.random.SeedSequence([seed, rank, step]).generate_state(1)[0])
 
 
-def rank_generator(seed, device):
-    """The sampler's generator, seeded rank_seed(seed, rank). Rank 0 keeps the plain run's streams; the
-    others also reseed torch's global one (LoRA dropout)."""
+def seed_streams(gen, seed, step=0):
+    """Seeds this rank's random streams from rank_seed(seed, rank, step): the sampler's generator `gen`
+    (returned), and on ranks other than 0 torch's global one too (LoRA dropout), so that rank 0 keeps a
+    plain run's streams. At the start, and on resume for a rank the saved run did not have."""
     rank = world()[0]
     if rank:
-        torch.manual_seed(rank_seed(seed, rank))
-    return torch.Generator(device=device).manual_seed(rank_seed(seed, rank))
+        torch.manual_seed(rank_seed(seed, rank, step))
+    return gen.manual_seed(rank_seed(seed, rank, step))
 
 
 def broadcast_adapters(model, adapters):
