@@ -29,8 +29,8 @@ Left out (on purpose): the reference's fixed 512-row mini-batches (a role takes 
 training step, or one per parallel instance), several PPO epochs, entropy bonus, gradient-coherence
 damping, and any reference model unless --kl is > 0.
 
-Several GPUs (nanoGPT-style DDP by hand, no framework; a plain `python train.py` starts no process
-group and runs exactly as before):
+Several GPUs (nanoGPT-style DDP by hand, no framework, its helpers in the last section of train.py; a plain
+`python train.py` starts no process group and runs exactly as before):
     torchrun --standalone --nproc_per_node 2 train.py --workflow voting --policy ip ...
 Every rank draws the same global batch and rolls out its contiguous slice of the problems (all
 rollouts of a problem on one rank, so GRPO groups stay whole), scores them and computes old
@@ -116,7 +116,7 @@ def run(args):
                   f"Pass a larger --steps to train further.")
         return args.out
     broadcast_adapters(model, adapters)  # torchrun: every rank starts from rank 0's weights
-    record_start(args, start, model, adapters, len(problems))
+    record_start(args, start, gen.device, adapters, len(problems))
     bad_in_a_row = 0
     with ctrl_c_finishes_the_step(world()[1] == 1) as stop:
         bar = tqdm(range(start, args.steps), initial=start, total=args.steps, desc="train", dynamic_ncols=True,
@@ -414,10 +414,9 @@ def resume(args, model, adapters, optimizers, gen):
         sys.exit(2)
 
 
-def record_start(args, start, model, adapters, n_problems):
+def record_start(args, start, device, adapters, n_problems):
     """Where this start came from, after a resumed run's earlier ones (code, command line, versions,
     hardware), into args.starts; config.json written and the run announced (rank 0)."""
-    device = next(model.parameters()).device
     args.starts = (getattr(args, "starts", []) if args.resume else []) + [{"step": start, "command": args.command,
         "commit": git_commit(), "python": sys.version.split()[0], "torch": torch.__version__, "ranks": world()[1],
         "transformers": transformers.__version__, "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"}]
