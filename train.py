@@ -89,8 +89,9 @@ RESUMABLE = ("steps", "save_every", "eval_every", "eval_problems", "sample_every
 
 
 # ---------------------------------------------------------------------------------------------
-# the run, top-down: main -> run -> train_step -> optimizer_step. One process as written: what several
-# processes (torchrun) add is in the last section, reached through world(), gather() and a few hooks.
+# the run, top-down: main -> run -> train_step -> optimizer_step -> role_backward. It reads as one process:
+# what several processes (torchrun) add is in the last section, reached through world(), gather() and a
+# few named hooks (my_share, step_token_weights, sum_over_ranks, whole_batch, seed_streams, ...).
 
 def main(argv=None):
     args = parse_args(argv)
@@ -713,8 +714,9 @@ def role_value(values, role):
 
 
 # ---------------------------------------------------------------------------------------------
-# several processes (torchrun): everything distributed is here. In a plain `python train.py` no
-# process group exists, world() is (0, 1), gather(x) is [x] and every hook returns what it was given.
+# several processes (torchrun). In a plain `python train.py` no process group exists, world() is (0, 1),
+# gather(x) is [x] and every hook leaves its input as a single process needs it. Elsewhere the ranks only
+# show as: rank 0 alone prints and writes the run folder; a checkpoint holds every rank's RNG states.
 
 def world():
     """(rank, world size); (0, 1) in a plain `python train.py`."""
