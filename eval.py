@@ -115,11 +115,6 @@ def _f(x, spec=".3f"):
     return "-" if x is None else format(x, spec)
 
 
-def headline(workflow, d):
-    """The workflow's key diagnostics in a few words, for table rows."""
-    return WORKFLOWS[workflow].headline(d)
-
-
 def format_result(r):
     """One evaluation as lines: accuracies, a per-role table, the workflow diagnostics."""
     d = r["diagnostics"]
@@ -154,7 +149,7 @@ def run_table(run, records):
         lines.append(f"{r['step']:>6}  {r['pass@1']:.3f} ± {r['pass@1_se']:.3f}  {_f(r['greedy']):>7}"
                      + "".join(f"{v:>8.3f}" for v in r["pass@k"].values()) +
                      f"{_f(r['diagnostics'].get('answer_top_share'), '.2f'):>8}  "
-                     f"{headline(r['workflow'], r['diagnostics'])}".rstrip())
+                     f"{WORKFLOWS[r['workflow']].headline(r['diagnostics'])}".rstrip())  # the workflow's key facts
     base, peak, final = summary(records)
     lines.append(f"base {base['pass@1']:.3f} | peak {peak['pass@1']:.3f} at step {peak['step']} | final "
                  f"{final['pass@1']:.3f} at step {final['step']} | "

@@ -29,8 +29,8 @@ Left out (on purpose): the reference's fixed 512-row mini-batches (a role takes 
 training step, or one per parallel instance), several PPO epochs, entropy bonus, gradient-coherence
 damping, and any reference model unless --kl is > 0.
 
-Several GPUs (nanoGPT-style DDP by hand, no framework; a plain `python train.py` starts no process
-group and runs exactly as before):
+Several GPUs (nanoGPT-style DDP by hand, no framework, its helpers in the last section of train.py; a plain
+`python train.py` starts no process group and runs exactly as before):
     torchrun --standalone --nproc_per_node 2 train.py --workflow voting --policy ip ...
 Every rank draws the same global batch and rolls out its contiguous slice of the problems (all
 rollouts of a problem on one rank, so GRPO groups stay whole), scores them and computes old
@@ -39,7 +39,7 @@ log-probs. Each optimizer step then normalises the token weights over the rows o
 gradients are summed with all_reduce (per role, so the per-role gradient norms logged are global)
 and clipped / checked for non-finite values after the reduction, so every rank takes the same step
 and the adapters stay identical. Under IP each adapter is reduced on its own, and the ranks first
-agree on the set of optimizer steps (per-instance slots): a rank without rows for a step joins its
+agree on the set of optimizer steps (one per parallel instance): a rank without rows for a step joins its
 all-reduce with a zero gradient. NCCL on CUDA (one GPU per rank, cuda:LOCAL_RANK), gloo on CPU.
 Rank 0 logs (metrics over all ranks), evaluates, writes samples and checkpoints. Rank r samples
 with its own stream, seeded (seed, r) (rank 0: seed, as a plain run). A checkpoint holds every
@@ -64,6 +64,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import timedelta
 
@@ -86,6 +87,487 @@ SIZED = {"steps": (200, 6), "problems": (16, 4), "group": (8, 4), "max_new_token
 # size (the gradient does not depend on it, tests/test_train.py). --steps also stretches the cosine.
 RESUMABLE = ("steps", "save_every", "eval_every", "eval_problems", "sample_every", "token_budget")
 
+
+# ---------------------------------------------------------------------------------------------
+# the run, top-down: main -> run -> train_step -> optimizer_step -> role_backward. It reads as one process:
+# what several processes (torchrun) add is in the last section, reached through world(), gather() and a
+# few named hooks (my_share, step_token_weights, sum_over_ranks, whole_batch, seed_streams, ...).
+
+def main(argv=None):
+    args = parse_args(argv)
+    owner = "RANK" in os.environ and not dist.is_initialized()  # torchrun started us: run() joins the group
+    try:
+        return run(args)
+    finally:
+        if owner and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def run(args):
+    """main after the command line: load, set up or resume, train, save. Under torchrun every rank
+    runs this; rank 0 alone prints, writes the run folder and evaluates."""
+    problems, eval_set, model, tok = load(args)
+    rank = world()[0]
+    adapters, optimizers = add_adapters(model, args)
+    gen = seed_streams(torch.Generator(device=next(model.parameters()).device), args.seed)  # the sampler's
+    start, consumed = resume(args, model, adapters, optimizers, gen) if args.resume else (0, 0)
+    if start >= args.steps:
+        if rank == 0:
+            print(f"{args.out} is already finished: step {start} of {args.steps}. "
+                  f"Pass a larger --steps to train further.")
+        return args.out
+    broadcast_adapters(model, adapters)  # torchrun: every rank starts from rank 0's weights
+    record_start(args, start, gen.device, adapters, len(problems))
+    bad_in_a_row = 0
+    with ctrl_c_finishes_the_step(world()[1] == 1) as stop:
+        bar = tqdm(range(start, args.steps), initial=start, total=args.steps, desc="train", dynamic_ncols=True,
+                   disable=rank != 0)
+        for step in bar:
+            batch = my_share(draw_problems(problems, consumed, args.problems, args.seed))  # the data position is global
+            consumed += args.problems
+            for opt in optimizers.values():
+                for g in opt.param_groups:
+                    g["lr"] = args.lr * lr_factor(step, args)
+            metrics, episodes = train_step(model, tok, batch, args, optimizers, gen, step + 1)
+            if rank == 0:
+                if eval_set and (step + 1) % args.eval_every == 0:
+                    metrics["eval_accuracy"] = held_out_accuracy(model, tok, eval_set, args)
+                with open(os.path.join(args.out, "metrics.jsonl"), "a" if step else "w") as f:  # step 0: starts over
+                    f.write(json.dumps(metrics) + "\n")
+                if args.sample_every and (step + 1) % args.sample_every == 0 or step == 0:
+                    write_sample(args.out, step + 1, episodes[0], tok)
+            bar.set_postfix(reward=f"{metrics['reward_mean']:.3f}", skipped=metrics["skipped_steps"])
+            bad_in_a_row = bad_in_a_row + 1 if metrics["skipped_steps"] else 0
+            if step + 1 == args.steps or stop["requested"] or bad_in_a_row >= 3 or (step + 1) % args.save_every == 0:
+                save_checkpoint(args, step + 1, model, adapters, optimizers, gen, consumed)
+            if bad_in_a_row >= 3:
+                sys.exit(f"error: non-finite loss or gradient in {bad_in_a_row} steps in a row; stopped at step "
+                         f"{step + 1} (checkpoint saved). Try a lower --lr.")
+            if stop["requested"]:
+                print(f"stopped at step {step + 1}; continue with: python train.py --out {args.out} --resume")
+                break
+    gather(None)  # a barrier: no rank returns before rank 0 has written the last checkpoint
+    if rank == 0:
+        print(f"done: {args.out} (metrics.jsonl, config.json, {len(checkpoints(args.out))} checkpoint(s))")
+    return args.out
+
+
+def train_step(model, tok, problems, args, optimizers, gen, step):
+    """Rollouts -> rewards -> advantages -> old log-probs -> updates. Returns (metrics, episodes)."""
+    t0 = time.perf_counter()
+    policy = policy_for(model, tok, args, gen)
+    episodes = run_workflow(args.workflow, problems, args.group, policy, args.task, args.rounds, args.voters,
+                            grade=False)
+    t_rollout = time.perf_counter()
+    grade_episodes(episodes, problems, args.group)
+    rows = [t for ep in episodes for t in ep.turns]  # a row per turn, in episode order
+    keys = [(ep.problem_id, t.instance) for ep in episodes for t in ep.turns]  # the GRPO group of each row
+    # the k-th turn of its role in its episode: which parallel instance (voter, worker) a row is
+    instance_index = [sum(u.role == t.role for u in ep.turns[:k]) for ep in episodes for k, t in enumerate(ep.turns)]
+    groups = update_groups(rows, instance_index, args)  # under torchrun its gather waits for the slowest rank
+    t1 = time.perf_counter()
+    adv, singletons = grpo.group_advantages(keys, [r.reward for r in rows], scale=not args.adv_mean_only)
+    old_lp, ref_lp = old_and_ref_logprobs(model, rows, adv, groups, args)
+    t2 = time.perf_counter()
+    stats = {role: role_stats() for role in WORKFLOWS[args.workflow].roles}
+    skipped, by_adapter = 0, Counter()  # by_adapter: update seconds per adapter
+    for adapter, idx in groups:  # update_groups names the adapter: "shared" under SP, the role under IP
+        pick, start = lambda xs: [xs[i] for i in idx], time.perf_counter()
+        skipped += not optimizer_step(model, adapter, pick(rows), pick(adv), pick(old_lp), pick(ref_lp),
+                                      optimizers[adapter], args, stats)
+        by_adapter[adapter] += time.perf_counter() - start
+    t3 = time.perf_counter()
+    episodes, rows, adv, singletons = whole_batch(episodes, adv, singletons, stats)  # torchrun: every rank's
+    # reward_mean: the training reward (outcome + workflows.reward_shaping); accuracy: the 0/1 outcome alone
+    metrics = {"step": step, "reward_mean": float(np.mean([ep.reward + ep.shaping for ep in episodes])),
+               "accuracy": float(np.mean([ep.correct for ep in episodes])),
+               "episodes": len(episodes), "rows": len(rows), "singleton_groups": singletons,
+               "zero_advantage_rows": sum(a == 0 for a in adv), "optimizer_steps": len(groups),
+               "skipped_steps": skipped, "grade_status": dict(Counter(ep.status for ep in episodes)),
+               "lr": next(iter(optimizers.values())).param_groups[0]["lr"], "roles": {}}
+    monitor, degenerate = answer_monitor(episodes, args.task)
+    metrics.update(monitor)
+    metrics["roles"] = {role: role_metrics([r for r in rows if r.role == role], s, degenerate.get(role))
+                        for role, s in stats.items() if any(r.role == role for r in rows)}
+    metrics["workflow"] = WORKFLOWS[args.workflow].stats(episodes, args.task)[0]
+    metrics["time"] = {"rollout": t_rollout - t0, "reward": t1 - t_rollout, "old_logprobs": t2 - t1,
+                       "update": t3 - t2, "total": t3 - t0, "ranks": world()[1],  # times are rank 0's
+                       "update_by_adapter": dict(by_adapter), "stages": getattr(policy, "stages", None),  # make_policy's
+                       "rollout_tokens_per_s": sum(len(r.completion_ids) for r in rows) / max(t_rollout - t0, 1e-9)}
+    return metrics, episodes
+
+
+def policy_for(model, tok, args, gen):
+    return make_policy(model, tok, adapter_map(args.workflow, args.policy), max_new_tokens=args.max_new_tokens,
+                       temperature=args.temperature, top_p=args.top_p,
+                       max_prompt_tokens=args.max_prompt_tokens, generator=gen)
+
+
+def update_groups(rows, instance_index, args):
+    """(adapter, row indices) per optimizer step, in order. IP updates roles in the workflow's order; the
+    order does not matter because each adapter only changes its own rows' log-probs, and the old
+    log-probs of an adapter with several steps are computed before its first. Under torchrun the
+    steps are those of the whole batch (the union over ranks), so a rank with no rows for a step
+    (e.g. no episode with a third worker) still takes part in it, with an empty list."""
+    live = [i for i, r in enumerate(rows) if r.completion_ids]
+    if args.policy == "sp":
+        return [("shared", live)]
+    workflow = WORKFLOWS[args.workflow]
+    per_instance = lambda role: args.parallel_steps == "per-instance" and role in workflow.parallel
+    # (role, instance index), -1: every instance of the role in one step
+    steps = {(rows[i].role, instance_index[i] if per_instance(rows[i].role) else -1) for i in live}
+    steps = sorted(set().union(*gather(steps)), key=lambda k: (workflow.roles.index(k[0]), k[1]))
+    return [(role, [i for i in live if rows[i].role == role and k in (-1, instance_index[i])]) for role, k in steps]
+
+
+def old_and_ref_logprobs(model, rows, adv, groups, args):
+    """The log-probs that optimizer_step cannot take from its own forward -> (old_lp, ref_lp), per row a
+    (completion length,) tensor or None: old ones for the rows of an adapter's later optimizer steps,
+    and the base model's (adapter off) for rows of a role with a KL term.
+
+    Old log-probs are not taken from the sampler: its come from another kernel path (KV cache,
+    padding, batch shape, bf16 on GPU), while the ratio must be exactly 1 before the first update.
+    An adapter's first optimizer step uses its own forward's detached log-probs (optimizer_step: ratio
+    exactly 1, no extra pass; with --lora-dropout also under the same dropout mask). Only the rows of its
+    later steps (per-instance parallel roles) get them recomputed here, before any step, since those
+    steps see a policy changed by the earlier ones. This pass runs in eval mode, without dropout: the
+    policy that sampled (the later steps' ratio then also carries the update's dropout noise)."""
+    role_adapter = adapter_map(args.workflow, args.policy)  # "shared" under SP, the role's own under IP
+    later = {i for k, (adapter, idx) in enumerate(groups) if adapter in [a for a, _ in groups[:k]] for i in idx
+             if adv[i] != 0 or role_value(args.kl_coefs, rows[i].role)}  # the rows optimizer_step runs
+    old_lp, ref_lp = [None] * len(rows), [None] * len(rows)
+    with torch.no_grad():
+        for adapter in dict.fromkeys(role_adapter.values()):
+            mine = [i for i, r in enumerate(rows) if role_adapter[r.role] == adapter and r.completion_ids]
+            for mb in grpo.micro_batches([len(rows[i].prompt_ids) + len(rows[i].completion_ids) for i in mine],
+                                         args.token_budget):
+                mb = [mine[j] for j in mb]
+                for target, name, sel in [(old_lp, adapter, [i for i in mb if i in later]),
+                                          (ref_lp, None, [i for i in mb if role_value(args.kl_coefs, rows[i].role)])]:
+                    if sel:
+                        lora.set_adapter(model, name)
+                        lps, _ = grpo.completion_logprobs(model, [rows[i].prompt_ids for i in sel],
+                                                          [rows[i].completion_ids for i in sel], args.temperature)
+                        for i, lp in zip(sel, lps):
+                            target[i] = lp
+    return old_lp, ref_lp
+
+
+def optimizer_step(model, adapter, rows, adv, old_lp, ref_lp, opt, args, stats):
+    """One AdamW step of `adapter` on `rows` (Turns) with their advantages, old and reference
+    log-probs (parallel lists; an old entry of None: the row's own detached log-probs, ratio 1, as
+    it is for every row of an adapter's only step in a batch). The loss is run role by role
+    (role_backward) so that each role's part of the gradient can be measured. Returns False, leaving
+    the adapter unchanged, when the loss or the gradient is not finite."""
+    weights, shares = step_token_weights([r.role for r in rows], [len(r.completion_ids) for r in rows], args)
+    params = lora.adapter_parameters(model, adapter)
+    lora.set_adapter(model, adapter)
+    model.train()
+    opt.zero_grad(set_to_none=True)
+    finite, role_grads, before = True, {}, 0
+    for role in sorted(shares):  # the roles of the whole step (under torchrun: every rank walks the same ones)
+        kl_coef = role_value(args.kl_coefs, role)
+        # a row with advantage 0 and no KL term adds exactly 0 to the loss and the gradient: it is not run
+        # (its weight still counts in `weights`); the role's entropy, clip, kl and gap sums cover the rest
+        idx = [i for i, r in enumerate(rows) if r.role == role and (adv[i] != 0 or kl_coef)]
+        pick = lambda xs: [xs[i] for i in idx]
+        stats[role]["weight_share"].append(shares[role])
+        finite &= role_backward(model, pick(rows), pick(adv), pick(old_lp), pick(ref_lp), pick(weights), kl_coef,
+                                args, stats[role])
+        for p in params:  # zeros, not None, where nothing ran: AdamW still moves its moments, as a full pass would
+            p.grad = torch.zeros_like(p) if p.grad is None else p.grad
+        grads = torch.cat([p.grad.flatten() for p in params])
+        role_grads[role], before = grads - before, grads  # this role's part of the gradient
+    finite = sum_over_ranks(params, role_grads, finite)  # torchrun: every rank now holds the whole batch's gradient
+    for role, grad in role_grads.items():
+        stats[role]["grad_norms"].append(float(grad.norm()))
+    norm = torch.nn.utils.clip_grad_norm_(params, args.grad_clip)
+    model.eval()
+    if not (finite and torch.isfinite(norm)):
+        opt.zero_grad(set_to_none=True)
+        return False
+    opt.step()
+    for role in shares:
+        stats[role]["optimizer_steps"] += 1
+    return True
+
+
+def role_backward(model, rows, adv, old_lp, ref_lp, weights, kl_coef, args, s):
+    """backward() of one role's part of an optimizer step's loss (lists as optimizer_step's, `weights` per
+    token, normalised over the whole step), in micro-batches of at most --token-budget padded tokens;
+    adds to the role's sums `s` (role_stats). Returns whether the loss was finite."""
+    s["losses"].append(0.0)
+    finite = True
+    for mb in grpo.micro_batches([len(r.completion_ids) + len(r.prompt_ids) for r in rows], args.token_budget):
+        lps, ents = grpo.completion_logprobs(model, [rows[i].prompt_ids for i in mb],
+                                             [rows[i].completion_ids for i in mb], args.temperature)
+        lp = torch.cat(lps)
+        # the old log-probs: a None entry (an adapter's first step, train_step) takes this forward's own
+        old = lp.detach() if old_lp[mb[0]] is None else torch.cat([old_lp[i] for i in mb])
+        per_token = lambda vals: torch.cat([torch.full_like(row_lp, v) for row_lp, v in zip(lps, vals)])
+        ref = torch.cat([ref_lp[i] for i in mb]) if ref_lp[mb[0]] is not None else None
+        loss_t, clipped, kl = grpo.token_loss(lp, old, per_token([adv[i] for i in mb]), args.clip_low, args.clip_high,
+                                              args.dual_clip, ref, per_token([kl_coef] * len(mb)))
+        loss = (per_token([weights[i] for i in mb]) * loss_t).sum()
+        finite &= bool(torch.isfinite(loss))
+        loss.backward()
+        s["losses"][-1] += loss.item()
+        # the off-policy gap: the sampler's log-probs (another kernel path, bf16, merged adapter) vs the old ones
+        sampled = torch.tensor([x for i in mb for x in rows[i].logprobs], device=lp.device)
+        s["gap_sum"] += (old - sampled).abs().sum().item()
+        s["entropy_sum"] += torch.cat(ents).sum().item()
+        s["clipped"] += clipped.sum().item()
+        s["kl_sum"] += kl.sum().item()
+        s["train_tokens"] += lp.numel()
+    return finite
+
+
+def role_stats():
+    """A role's update sums in one training step; losses and grad_norms hold one entry per optimizer step."""
+    return dict(weight_share=[], losses=[], grad_norms=[], entropy_sum=0.0, clipped=0, kl_sum=0.0, gap_sum=0.0,
+                train_tokens=0, optimizer_steps=0)
+
+
+def role_metrics(rows, s, degenerate):
+    """metrics["roles"][role] from the role's rows (Turns) of the step and its update sums (role_stats)."""
+    tokens = sum(len(r.completion_ids) for r in rows)
+    return {"rows": len(rows), "tokens": tokens, "mean_length": tokens / len(rows),
+            "truncation_rate": sum(r.finish == "length" for r in rows) / len(rows),
+            # share of the loss weight within the optimizer steps it took part in (mean over them)
+            "weight_share": float(np.mean(s["weight_share"])) if s["weight_share"] else 0.0,
+            # per optimizer step of the role: a sum would grow with the number of steps (per-instance voters)
+            "grad_norm": mean(s["grad_norms"]), "grad_norm_max": max(s["grad_norms"], default=None),
+            "loss": mean(s["losses"]), "degenerate_rewarded": degenerate,
+            **{name: s[key] / max(1, s["train_tokens"]) for name, key in (("entropy", "entropy_sum"),  # per token
+               ("clip_fraction", "clipped"), ("kl", "kl_sum"), ("logprob_gap", "gap_sum"))},
+            "optimizer_steps": s["optimizer_steps"],
+            "diag_correct": mean([r.correct for r in rows if r.correct is not None])}
+
+
+def held_out_accuracy(model, tok, problems, args):
+    """Held-out accuracy (1 sample per problem) for --eval-every. Its own generator with a fixed
+    seed: every evaluation draws the same random stream, and training's stream is left untouched,
+    so the eval cadence never changes what training samples. eval.py does the full evaluation."""
+    gen = torch.Generator(device=next(model.parameters()).device).manual_seed(args.seed + 10_000)
+    episodes = run_workflow(args.workflow, problems, 1, policy_for(model, tok, args, gen), task=args.task,
+                            rounds=args.rounds, n_voters=args.voters)
+    return float(np.mean([ep.correct for ep in episodes]))
+
+
+# ---------------------------------------------------------------------------------------------
+# setting a run up: model and problems, adapters, resume, config.json; the data order, the lr
+
+def load(args):
+    """The problems (training, held-out) and the model -> (problems, eval_set, model, tok), bad input in one
+    line, not a traceback; then the flags sized by the model (SIZED) and the run folder."""
+    device = rank_device(args.device)  # torchrun on GPUs: this rank's own
+    try:
+        problems = load_problems(args.data, args.task) if args.data else builtin_problems(args.task, "train", seed=args.seed)
+        eval_set = (load_problems(args.eval_data, args.task) if args.eval_data else builtin_problems(
+            args.task, "test", seed=args.seed))[:args.eval_problems] if args.eval_every else []
+        model, tok, args.model_used = load_default_model(args.model, device)
+        grpo.check_logits(model)  # log-probs as the sampler's; refuses unknown logit post-processing
+    except (OSError, ValueError, RuntimeError) as e:
+        sys.exit(f"error: {e}")
+    # Join the process group only now: once one exists, transformers' save_pretrained writes on rank
+    # 0 alone, which would leave the tiny model (built through save_pretrained) unwritten elsewhere.
+    init_distributed(device)
+    for name, (real, small) in SIZED.items():
+        if getattr(args, name) is None:
+            setattr(args, name, small if args.model_used == TINY else real)
+    if args.problems < world()[1]:
+        sys.exit(f"error: --problems {args.problems} would leave ranks without problems; use at least {world()[1]}")
+    default_out = os.path.join("runs", f"{args.workflow}-{args.policy}-{args.task}-{time.strftime('%Y%m%d-%H%M%S')}")
+    args.out = gather(args.out or default_out)[0]  # rank 0's: the ranks' clocks may straddle a second
+    os.makedirs(args.out, exist_ok=True)
+    return problems, eval_set, model, tok
+
+
+def add_adapters(model, args):
+    """The LoRA adapters ("shared" under SP, one per role type under IP), from --init-adapters if given,
+    and an AdamW for each -> (names, {name: optimizer})."""
+    torch.manual_seed(args.seed)  # the same on every rank: the adapters start equal
+    adapters = ["shared"] if args.policy == "sp" else list(WORKFLOWS[args.workflow].roles)
+    targets = args.lora_targets.split(",") if args.lora_targets else None
+    try:
+        for name in adapters:
+            lora.add_adapter(model, name, rank=args.lora_rank, alpha=args.lora_alpha,
+                             dropout=args.lora_dropout, targets=targets)
+            if not args.resume and args.init_adapters:  # a warm start (a resume loads its checkpoint instead)
+                one = os.path.isfile(os.path.join(args.init_adapters, "adapter_config.json"))  # DIR is one PEFT folder
+                lora.load_adapter(model, name, args.init_adapters if one else os.path.join(args.init_adapters, name))
+    except (OSError, ValueError) as e:  # e.g. --lora-targets naming no layer, an --init-adapters folder missing
+        sys.exit(f"error: {e}")
+    if args.policy == "ip" and (args.role_weights or args.loss_agg == "role-balanced") and world()[0] == 0:
+        print("note: under IP each optimizer step holds one role's rows, so --role-weights and "
+              "role-balanced do not change the update (they matter under SP)", flush=True)
+    return adapters, {name: torch.optim.AdamW(lora.adapter_parameters(model, name), lr=args.lr,
+                                              weight_decay=args.weight_decay) for name in adapters}
+
+
+def resume(args, model, adapters, optimizers, gen):
+    """--resume: the last checkpoint restored -> (step, data position); one that cannot be, as a bad flag."""
+    try:
+        return load_checkpoint(args.out, model, adapters, optimizers, gen, args.seed)
+    except Exception as e:  # a truncated or foreign file (safetensors, pickle, shapes, keys)
+        print(f"error: --resume: cannot restore {os.path.join(args.out, checkpoints(args.out)[-1])} "
+              f"({type(e).__name__}: {' '.join(str(e).split()).split('. ')[0]})", file=sys.stderr)
+        sys.exit(2)
+
+
+def record_start(args, start, device, adapters, n_problems):
+    """Where this start came from, after a resumed run's earlier ones (code, command line, versions,
+    hardware), into args.starts; config.json written and the run announced (rank 0)."""
+    args.starts = (getattr(args, "starts", []) if args.resume else []) + [{"step": start, "command": args.command,
+        "commit": git_commit(), "python": sys.version.split()[0], "torch": torch.__version__, "ranks": world()[1],
+        "transformers": transformers.__version__, "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"}]
+    config = {k: v for k, v in vars(args).items() if k not in ("kl_coefs", "role_weight_map", "command")}
+    if world()[0] == 0:
+        if start == 0 and os.path.exists(os.path.join(args.out, "config.json")):  # metrics, samples: "w" at step 0
+            print(f"note: {args.out} stopped before its first checkpoint: starting it over from step 0", flush=True)
+        with open(os.path.join(args.out, "config.json"), "w") as f:
+            json.dump(config, f, indent=1)
+        print(f"run {args.out}: {args.workflow} / {args.policy.upper()} / {args.task} on {args.model_used} ({device}"
+              f"{f' x {world()[1]} ranks' if world()[1] > 1 else ''}), {n_problems} training problems, "
+              f"adapters {adapters}", flush=True)
+        if args.steps // 4 < args.warmup:  # lr_factor
+            print(f"note: --warmup {args.warmup} capped at {args.steps // 4} steps, a quarter of --steps "
+                  f"{args.steps}, so that the run reaches --lr {args.lr}", flush=True)
+
+
+@contextmanager
+def ctrl_c_finishes_the_step(active):
+    """Yields {"requested": False}; while `active`, the first Ctrl-C sets it (run finishes the step, saves
+    and exits) and a second aborts. Under torchrun (not active) Ctrl-C interrupts at once: a flag seen by
+    some ranks and not others would leave the rest waiting in a collective."""
+    stop = {"requested": False}
+
+    def on_sigint(signum, frame):
+        if stop["requested"]:
+            raise KeyboardInterrupt
+        stop["requested"] = True
+        print("\nCtrl-C: finishing this step, then saving a checkpoint (Ctrl-C again aborts unsaved)", flush=True)
+    previous = signal.signal(signal.SIGINT, on_sigint) if active else None
+    try:
+        yield stop
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+
+
+def draw_problems(problems, consumed, count, seed):
+    """Problems consumed..consumed+count of an endless stream of seeded per-epoch permutations, so
+    the data position is one integer and resuming needs no RNG state."""
+    n, first = len(problems), consumed // len(problems)
+    stream = np.concatenate([np.random.default_rng([seed, epoch]).permutation(n)  # the epochs touched, in a row
+                             for epoch in range(first, (consumed + count - 1) // n + 1)])
+    return [problems[i] for i in stream[consumed - first * n:][:count]]
+
+
+def lr_factor(step, args):
+    """Linear warm-up, then cosine decay to 0 at --steps (or constant). The warm-up is --warmup steps capped
+    at a quarter of --steps: a longer one never reaches --lr (every tiny run had 15 of 6 steps), while the
+    cap leaves the reference's 15 of 200 and results.md's 3 of 24 as they are."""
+    warmup = min(args.warmup, args.steps // 4)
+    if step < warmup:
+        return (step + 1) / warmup
+    if args.no_cosine:
+        return 1.0
+    progress = (step - warmup) / max(1, args.steps - warmup)
+    return 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+
+
+# ---------------------------------------------------------------------------------------------
+# the run folder: checkpoints, samples, provenance
+
+def checkpoints(out):
+    return sorted(d for d in os.listdir(out) if d.startswith("step_") and not d.endswith(".tmp")) \
+        if os.path.isdir(out) else []
+
+
+def save_checkpoint(args, step, model, adapters, optimizers, gen, consumed):
+    """Everything needed to continue exactly: adapters (safetensors), optimizer states, RNG states,
+    data position (the learning rate is a function of the step). Written to a temporary folder, then
+    renamed (atomic). Under torchrun every rank calls this (to hand over its RNG states) and rank 0
+    writes: adapters and optimizer states are the same on every rank."""
+    # this rank's RNG states: CPU torch, the sampler's generator, and its own GPU's (current device)
+    rngs = gather({"torch": torch.get_rng_state(), "sampler": gen.get_state(),
+                   "cuda": torch.cuda.get_rng_state() if torch.cuda.is_available() else None})
+    if world()[0] != 0:
+        return
+    final = os.path.join(args.out, f"step_{step:06d}")
+    tmp = final + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    for name in adapters:
+        lora.save_adapter(model, name, os.path.join(tmp, f"{name}.safetensors"),
+                          {"step": str(step), "model": args.model_used, "workflow": args.workflow})
+    # rng: rank 0's (a plain run's) RNG states, rng_ranks: the other ranks'
+    torch.save({"step": step, "consumed": consumed, "optimizers": {k: o.state_dict() for k, o in optimizers.items()},
+                "rng": rngs[0], "rng_ranks": rngs[1:]}, os.path.join(tmp, "state.pt"))
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+
+
+def load_checkpoint(out, model, adapters, optimizers, gen, seed=0):
+    """Restore the last checkpoint on this rank. Rank r takes the saved RNG states of rank r; a rank
+    the saved run did not have starts a fresh sampling stream seeded (seed, rank, step)."""
+    rank, n = world()
+    folder = os.path.join(out, checkpoints(out)[-1])
+    for name in adapters:
+        lora.load_adapter(model, name, os.path.join(folder, f"{name}.safetensors"))
+    state = torch.load(os.path.join(folder, "state.pt"), weights_only=False)
+    for k, o in optimizers.items():
+        o.load_state_dict(state["optimizers"][k])
+    saved = [state["rng"], *state.get("rng_ranks", [])]
+    if rank < len(saved):
+        torch.set_rng_state(saved[rank]["torch"])
+        gen.set_state(saved[rank]["sampler"])
+        cuda = saved[rank]["cuda"]
+        if cuda is not None and torch.cuda.is_available():  # a list: saved by an older train.py (all GPUs)
+            torch.cuda.set_rng_state_all(cuda) if isinstance(cuda, list) else torch.cuda.set_rng_state(cuda)
+    else:  # a rank the saved run did not have
+        seed_streams(gen, seed, state["step"])
+    # rank 0: metrics and samples logged after the checkpoint (steps it did not save) are dropped: redone.
+    # An entry is a line of metrics.jsonl, or a block of samples.txt starting with "=== step N ".
+    for name, entry_start, step_of in (("metrics.jsonl", r"(?m)^", lambda e: json.loads(e)["step"]),
+                                       ("samples.txt", r"(?m)^(?==== step \d+ )", lambda e: int(e.split()[2]))):
+        path = os.path.join(out, name)
+        if rank == 0 and os.path.exists(path):
+            with open(path) as f:
+                entries = re.split(entry_start, f.read())
+            with open(path, "w") as f:
+                f.writelines(e for e in entries if e.strip() and step_of(e) <= state["step"])
+    streams = "RNG states" if n == len(saved) else f"RNG states (saved on {len(saved)} rank(s), now " \
+        f"{n}" + (f": ranks {len(saved)}+ start fresh streams)" if n > len(saved) else ")")
+    if rank == 0:
+        print(f"resumed from {folder}: step {state['step']}, adapters {list(adapters)}, optimizer "
+              f"states, {streams}, data position {state['consumed']}", flush=True)
+    return state["step"], state["consumed"]
+
+
+def write_sample(out, step, episode, tok):
+    """Append one episode to samples.txt: per turn its prompt on one line (whitespace collapsed, the
+    middle of a long one elided; empty under torchrun, whose gathered turns keep no prompt ids) and
+    its completion as sampled."""
+    with open(os.path.join(out, "samples.txt"), "a" if step > 1 else "w") as f:
+        f.write(f"=== step {step} problem {episode.problem_id} rollout {episode.rollout} "
+                f"reward {episode.reward} ({episode.status})\n")
+        for t in episode.turns:
+            prompt = " ".join(tok.decode(t.prompt_ids, skip_special_tokens=True).split())
+            f.write(f"--- {t.instance} ({t.role}, {len(t.completion_ids)} tokens, {t.finish})\nprompt: "
+                    f"{prompt if len(prompt) <= 400 else prompt[:200] + ' [...] ' + prompt[-200:]}\n{t.text}\n")
+
+
+def git_commit(folder=os.path.dirname(os.path.abspath(__file__))):
+    """HEAD of the git checkout holding `folder` (this file's), with '-dirty' when tracked files differ from
+    it; None outside a git checkout or without git."""
+    return shutil.which("git") and subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=40", "--exclude=*"],
+                                                  cwd=folder, capture_output=True, text=True).stdout.strip() or None
+
+
+# ---------------------------------------------------------------------------------------------
+# the command line
 
 def parse_args(argv=None):
     """The flags, checked: one line on stderr and exit code 2 for any bad value, before anything is
@@ -232,7 +714,9 @@ def role_value(values, role):
 
 
 # ---------------------------------------------------------------------------------------------
-# several processes (torchrun): everything distributed goes through these few helpers
+# several processes (torchrun). In a plain `python train.py` no process group exists, world() is (0, 1),
+# gather(x) is [x] and every hook leaves its input as a single process needs it. Elsewhere the ranks only
+# show as: rank 0 alone prints and writes the run folder; a checkpoint holds every rank's RNG states.
 
 def world():
     """(rank, world size); (0, 1) in a plain `python train.py`."""
@@ -258,10 +742,9 @@ def init_distributed(device):
 
 def gather(obj):
     """Every rank's `obj` (small, picklable), in rank order, on every rank; [obj] in a plain run."""
-    if not dist.is_initialized():
-        return [obj]
-    out = [None] * dist.get_world_size()
-    dist.all_gather_object(out, obj)
+    out = [obj] * world()[1]
+    if dist.is_initialized():
+        dist.all_gather_object(out, obj)  # fills `out`
     return out
 
 
@@ -269,6 +752,23 @@ def rank_seed(seed, rank, step=0):
     """Seed of a rank's sampling stream: `seed` for rank 0 at the start (a plain run is unchanged),
     else drawn from (seed, rank, step) so that ranks do not sample the same tokens."""
     return seed if rank == step == 0 else int(np.random.SeedSequence([seed, rank, step]).generate_state(1)[0])
+
+
+def seed_streams(gen, seed, step=0):
+    """Seeds this rank's random streams from rank_seed(seed, rank, step): the sampler's generator `gen`
+    (returned), and on ranks other than 0 torch's global one too (LoRA dropout), so that rank 0 keeps a
+    plain run's streams. At the start, and on resume for a rank the saved run did not have."""
+    rank = world()[0]
+    if rank:
+        torch.manual_seed(rank_seed(seed, rank, step))
+    return gen.manual_seed(rank_seed(seed, rank, step))
+
+
+def broadcast_adapters(model, adapters):
+    """As DDP does: every rank starts from rank 0's adapter weights."""
+    for name in adapters if world()[1] > 1 else []:
+        for p in lora.adapter_parameters(model, name):
+            dist.broadcast(p.data, 0)
 
 
 def my_share(batch):
@@ -291,475 +791,34 @@ def step_token_weights(roles, lengths, args):
     return weights[start:start + len(lengths)], shares
 
 
-# ---------------------------------------------------------------------------------------------
-# run directory: config, checkpoints, metrics
-
-def checkpoints(out):
-    return sorted(d for d in os.listdir(out) if d.startswith("step_") and not d.endswith(".tmp")) \
-        if os.path.isdir(out) else []
-
-
-def save_checkpoint(out, step, model, adapters, optimizers, gen, consumed, config):
-    """Everything needed to continue exactly: adapters (safetensors), optimizer states, RNG states,
-    data position (the learning rate is a function of the step). Written to a temporary folder, then
-    renamed (atomic). Under torchrun every rank calls this (to hand over its RNG states) and rank 0
-    writes: adapters and optimizer states are the same on every rank."""
-    # this rank's RNG states: CPU torch, the sampler's generator, and its own GPU's (current device)
-    rngs = gather({"torch": torch.get_rng_state(), "sampler": gen.get_state(),
-                   "cuda": torch.cuda.get_rng_state() if torch.cuda.is_available() else None})
-    if world()[0] != 0:
-        return
-    final = os.path.join(out, f"step_{step:06d}")
-    tmp = final + ".tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(tmp)
-    for name in adapters:
-        lora.save_adapter(model, name, os.path.join(tmp, f"{name}.safetensors"),
-                          {"step": str(step), "model": config["model_used"], "workflow": config["workflow"]})
-    torch.save({"step": step, "consumed": consumed, "optimizers": {k: o.state_dict() for k, o in optimizers.items()},
-                "rng": rngs[0], "rng_ranks": rngs[1:]},  # rank 0's (a plain run's) and the other ranks' RNG states
-               os.path.join(tmp, "state.pt"))
-    shutil.rmtree(final, ignore_errors=True)
-    os.replace(tmp, final)
+def sum_over_ranks(params, role_grads, finite):
+    """optimizer_step's hook -> whether every rank's loss was finite. Each role's part of the gradient
+    (role_grads, flat) is summed over the ranks in place, so the per-role norms logged are global, and
+    their total becomes the gradient of `params`: with the weights of step_token_weights, the
+    single-process gradient. Every rank then clips and steps alike, and the adapters stay identical."""
+    if world()[1] == 1:
+        return finite
+    for grad in role_grads.values():
+        dist.all_reduce(grad)  # a sum
+    for p, g in zip(params, sum(role_grads.values()).split([p.numel() for p in params]) if role_grads else []):
+        p.grad = g.view_as(p)
+    return all(gather(finite))
 
 
-def load_checkpoint(out, model, adapters, optimizers, gen, seed=0):
-    """Restore the last checkpoint on this rank. Rank r takes the saved RNG states of rank r; a rank
-    the saved run did not have starts a fresh sampling stream seeded (seed, rank, step)."""
-    rank, n = world()
-    folder = os.path.join(out, checkpoints(out)[-1])
-    for name in adapters:
-        lora.load_adapter(model, name, os.path.join(folder, f"{name}.safetensors"))
-    state = torch.load(os.path.join(folder, "state.pt"), weights_only=False)
-    for k, o in optimizers.items():
-        o.load_state_dict(state["optimizers"][k])
-    saved = [state["rng"], *state.get("rng_ranks", [])]
-    if rank < len(saved):
-        torch.set_rng_state(saved[rank]["torch"])
-        gen.set_state(saved[rank]["sampler"])
-        cuda = saved[rank]["cuda"]
-        if cuda is not None and torch.cuda.is_available():  # a list: saved by an older train.py (all GPUs)
-            torch.cuda.set_rng_state_all(cuda) if isinstance(cuda, list) else torch.cuda.set_rng_state(cuda)
-    else:
-        torch.manual_seed(rank_seed(seed, rank, state["step"]))
-        gen.manual_seed(rank_seed(seed, rank, state["step"]))
-    if rank != 0:
-        return state["step"], state["consumed"]
-    # metrics and samples logged after the checkpoint (steps it did not save) are dropped: redone.
-    # An entry is a line of metrics.jsonl, or a block of samples.txt starting with "=== step N ".
-    for name, entry_start, step_of in (("metrics.jsonl", r"(?m)^", lambda e: json.loads(e)["step"]),
-                                       ("samples.txt", r"(?m)^(?==== step \d+ )", lambda e: int(e.split()[2]))):
-        path = os.path.join(out, name)
-        if os.path.exists(path):
-            with open(path) as f:
-                entries = re.split(entry_start, f.read())
-            with open(path, "w") as f:
-                f.writelines(e for e in entries if e.strip() and step_of(e) <= state["step"])
-    streams = "RNG states" if n == len(saved) else f"RNG states (saved on {len(saved)} rank(s), now " \
-        f"{n}" + (f": ranks {len(saved)}+ start fresh streams)" if n > len(saved) else ")")
-    print(f"resumed from {folder}: step {state['step']}, adapters {list(adapters)}, optimizer "
-          f"states, {streams}, data position {state['consumed']}", flush=True)
-    return state["step"], state["consumed"]
-
-
-def draw(problems, consumed, count, seed):
-    """Problems consumed..consumed+count of an endless stream of seeded per-epoch permutations, so
-    the data position is one integer and resuming needs no RNG state."""
-    orders, out = {}, []  # orders: one permutation per epoch touched (GSM8K's 7,473 problems: not one per draw)
-    for k in range(consumed, consumed + count):
-        epoch, i = divmod(k, len(problems))
-        if epoch not in orders:
-            orders[epoch] = np.random.default_rng([seed, epoch]).permutation(len(problems))
-        out.append(problems[orders[epoch][i]])
-    return out
-
-
-# ---------------------------------------------------------------------------------------------
-# the update
-
-def update_groups(rows, slots, args):
-    """(adapter, row indices) per optimizer step, in order. IP updates roles in the workflow's order; the
-    order does not matter because each adapter only changes its own rows' log-probs, and the old
-    log-probs of an adapter with several steps are computed before its first. Under torchrun the
-    steps are those of the whole batch (the union over ranks), so a rank with no rows for a step
-    (e.g. no episode with a third worker) still takes part in it, with an empty list."""
-    live = [i for i, r in enumerate(rows) if r.completion_ids]
-    if args.policy == "sp":
-        return [("shared", live)]
-    workflow = WORKFLOWS[args.workflow]
-    per_instance = lambda role: args.parallel_steps == "per-instance" and role in workflow.parallel
-    steps = {(rows[i].role, slots[i] if per_instance(rows[i].role) else -1) for i in live}  # -1: all slots
-    steps = sorted(set().union(*gather(steps)), key=lambda k: (workflow.roles.index(k[0]), k[1]))
-    return [(role, [i for i in live if rows[i].role == role and k in (-1, slots[i])]) for role, k in steps]
-
-
-def policy_for(model, tok, args, gen):
-    return make_policy(model, tok, adapter_map(args.workflow, args.policy), max_new_tokens=args.max_new_tokens,
-                       temperature=args.temperature, top_p=args.top_p,
-                       max_prompt_tokens=args.max_prompt_tokens, generator=gen)
-
-
-def role_stats():
-    """A role's update sums in one training step; losses and grad_norms hold one entry per optimizer step."""
-    return dict(weight_share=[], losses=[], grad_norms=[], entropy_sum=0.0, clipped=0, kl_sum=0.0, gap_sum=0.0,
-                train_tokens=0, optimizer_steps=0)
-
-
-def optimizer_step(model, adapter, rows, adv, old_lp, ref_lp, opt, args, stats):
-    """One AdamW step of `adapter` on `rows` (Turns) with their advantages, old and reference
-    log-probs (parallel lists; an old entry of None: the row's own detached log-probs, ratio 1, as
-    it is for every row of an adapter's only step in a batch). Micro-batches are built per role so
-    that each role's gradient contribution can be measured. Returns False, leaving the adapter
-    unchanged, when the loss or the gradient is not finite."""
-    lengths = [len(r.completion_ids) for r in rows]
-    weights, shares = step_token_weights([r.role for r in rows], lengths, args)
-    params = lora.adapter_parameters(model, adapter)
-    lora.set_adapter(model, adapter)
-    model.train()
-    opt.zero_grad(set_to_none=True)
-    before, reduced, finite = None, None, True
-    n_ranks = world()[1]
-    for role in sorted(shares):  # the roles of the whole step: every rank walks the same ones
-        # a row with advantage 0 and no KL term adds exactly 0 to the loss and the gradient: it is not run
-        # (its weight still counts in `weights`); the role's entropy, clip, kl and gap sums cover the rest
-        idx = [i for i, r in enumerate(rows) if r.role == role and (adv[i] != 0 or role_value(args.kl_coefs, role))]
-        s = stats[role]
-        s["weight_share"].append(shares[role])
-        s["losses"].append(0.0)
-        for mb in grpo.micro_batches([lengths[i] + len(rows[i].prompt_ids) for i in idx], args.token_budget):
-            mb = [idx[j] for j in mb]
-            lps, ents = grpo.completion_logprobs(model, [rows[i].prompt_ids for i in mb],
-                                                 [rows[i].completion_ids for i in mb], args.temperature)
-            lp = torch.cat(lps)
-            # the old log-probs: a None entry (an adapter's first step, train_step) takes this forward's own
-            old = lp.detach() if old_lp[mb[0]] is None else torch.cat([old_lp[i] for i in mb])
-            n = torch.tensor([lengths[i] for i in mb], device=lp.device)
-            per_token = lambda vals: torch.repeat_interleave(torch.tensor(vals, dtype=lp.dtype, device=lp.device), n)
-            ref = torch.cat([ref_lp[i] for i in mb]) if ref_lp[mb[0]] is not None else None
-            loss_t, clipped, kl = grpo.token_loss(
-                lp, old, per_token([adv[i] for i in mb]), args.clip_low,
-                args.clip_high, args.dual_clip, ref, per_token([role_value(args.kl_coefs, role)] * len(mb)))
-            loss = (per_token([weights[i] for i in mb]) * loss_t).sum()
-            finite &= bool(torch.isfinite(loss))
-            loss.backward()
-            s["losses"][-1] += loss.item()
-            # the off-policy gap: the sampler's log-probs (another kernel path, bf16, merged adapter) vs the old ones
-            sampled = torch.tensor([x for i in mb for x in rows[i].logprobs], device=lp.device)
-            s["gap_sum"] += (old - sampled).abs().sum().item()
-            s["entropy_sum"] += torch.cat(ents).sum().item()
-            s["clipped"] += clipped.sum().item()
-            s["kl_sum"] += kl.sum().item()
-            s["train_tokens"] += lp.numel()
-        for p in params:  # zeros, not None, where nothing ran: AdamW still moves its moments, as a full pass would
-            p.grad = torch.zeros_like(p) if p.grad is None else p.grad
-        grads = torch.cat([p.grad.flatten() for p in params])
-        # this role's gradient from this rank's rows (a copy of grads: all_reduce works in place)
-        delta = (grads - before) if before is not None else grads.clone()
-        if n_ranks > 1:
-            dist.all_reduce(delta)  # a sum: the weights are already normalised over all ranks
-            reduced = delta if reduced is None else reduced + delta
-        s["grad_norms"].append(float(delta.norm()))
-        before = grads
-    if n_ranks > 1:  # every rank now holds the whole batch's gradient, and agrees on finiteness
-        finite = all(gather(finite))
-        for p, g in zip(params, reduced.split([p.numel() for p in params]) if reduced is not None else []):
-            p.grad = g.view_as(p)
-    norm = torch.nn.utils.clip_grad_norm_(params, args.grad_clip)
-    model.eval()
-    if not (finite and torch.isfinite(norm)):
-        opt.zero_grad(set_to_none=True)
-        return False
-    opt.step()
-    for role in shares:
-        stats[role]["optimizer_steps"] += 1
-    return True
-
-
-def train_step(model, tok, problems, args, optimizers, gen, step):
-    """Rollouts -> rewards -> advantages -> old log-probs -> updates. Returns (metrics, episodes)."""
-    t0 = time.perf_counter()
-    role_adapter = adapter_map(args.workflow, args.policy)  # "shared" under SP, the role's own under IP
-    policy = policy_for(model, tok, args, gen)
-    episodes = run_workflow(args.workflow, problems, args.group, policy,
-                            task=args.task, rounds=args.rounds, n_voters=args.voters, grade=False)
-    t_rollout = time.perf_counter()
-    grade_episodes(episodes, problems, args.group)
-    rows, keys, slots = [], [], []
-    for ep in episodes:
-        seen = {}
-        for turn in ep.turns:
-            seen[turn.role] = seen.get(turn.role, -1) + 1
-            rows.append(turn)
-            keys.append((ep.problem_id, turn.instance))  # the GRPO group of this row
-            slots.append(seen[turn.role])                # k-th turn of its role: the parallel instance
-    groups = update_groups(rows, slots, args)  # under torchrun its gather waits for the slowest rank
-    t1 = time.perf_counter()
-    adv, singletons = grpo.group_advantages(keys, [r.reward for r in rows], scale=not args.adv_mean_only)
-    # Old log-probs are not taken from the sampler: its come from another kernel path (KV cache,
-    # padding, batch shape, bf16 on GPU), while the ratio must be exactly 1 before the first update.
-    # An adapter's first optimizer step uses its own forward's detached log-probs (optimizer_step: ratio
-    # exactly 1, no extra pass; with --lora-dropout also under the same dropout mask). Only the rows of its
-    # later steps (per-instance parallel roles) get them recomputed here, before any step, since those
-    # steps see a policy changed by the earlier ones. This pass runs in eval mode, without dropout: the
-    # policy that sampled (the later steps' ratio then also carries the update's dropout noise).
-    later = {i for k, (adapter, idx) in enumerate(groups) if adapter in [a for a, _ in groups[:k]] for i in idx
-             if adv[i] != 0 or role_value(args.kl_coefs, rows[i].role)}  # the rows optimizer_step runs
-    old_lp, ref_lp = [None] * len(rows), [None] * len(rows)
-    with torch.no_grad():
-        for adapter in optimizers:
-            mine = [i for i, r in enumerate(rows) if role_adapter[r.role] == adapter and r.completion_ids]
-            for mb in grpo.micro_batches([len(rows[i].prompt_ids) + len(rows[i].completion_ids) for i in mine],
-                                         args.token_budget):
-                mb = [mine[j] for j in mb]
-                for target, name, sel in [(old_lp, adapter, [i for i in mb if i in later]),
-                                          (ref_lp, None, [i for i in mb if role_value(args.kl_coefs, rows[i].role)])]:
-                    if sel:
-                        lora.set_adapter(model, name)
-                        lps, _ = grpo.completion_logprobs(model, [rows[i].prompt_ids for i in sel],
-                                                          [rows[i].completion_ids for i in sel], args.temperature)
-                        for i, lp in zip(sel, lps):
-                            target[i] = lp
-    t2 = time.perf_counter()
-
-    stats = {role: role_stats() for role in WORKFLOWS[args.workflow].roles}
-    skipped = 0
-    by_adapter = Counter()  # update seconds per adapter
-    for adapter, idx in groups:  # update_groups names the adapter: "shared" under SP, the role under IP
-        pick, start = lambda xs: [xs[i] for i in idx], time.perf_counter()
-        skipped += not optimizer_step(model, adapter, pick(rows), pick(adv), pick(old_lp), pick(ref_lp),
-                                      optimizers[adapter], args, stats)
-        by_adapter[adapter] += time.perf_counter() - start
-    t3 = time.perf_counter()
-
-    if world()[1] > 1:  # the metrics are those of the whole batch: every rank's episodes (without the
-        # prompt ids and sampling log-probs no metric reads), advantages and update sums, in batch order
+def whole_batch(episodes, adv, singletons, stats):
+    """train_step's hook: the metrics are those of the whole batch, so under torchrun every rank's
+    episodes (without the prompt ids and sampling log-probs, which no metric reads), advantages and
+    update sums (into `stats`), in batch order -> (episodes, rows, advantages, singleton groups)."""
+    if world()[1] > 1:
         summed = ("entropy_sum", "clipped", "kl_sum", "train_tokens", "gap_sum")
         light = [replace(ep, turns=[replace(t, prompt_ids=[], logprobs=[]) for t in ep.turns]) for ep in episodes]
-        parts = gather((light, adv, singletons, {r: [s[k] for k in summed] + [s["losses"]] for r, s in stats.items()}))
+        parts = gather((light, adv, singletons, stats))
         episodes, adv = [ep for p in parts for ep in p[0]], [a for p in parts for a in p[1]]
-        rows, singletons = [t for ep in episodes for t in ep.turns], sum(p[2] for p in parts)
+        singletons = sum(p[2] for p in parts)
         for role, s in stats.items():
-            s.update({k: sum(p[3][role][j] for p in parts) for j, k in enumerate(summed)})
-            s["losses"] = [sum(x) for x in zip(*[p[3][role][-1] for p in parts])]  # per step: every rank walks each
-
-    # reward_mean: the training reward (outcome + workflows.reward_shaping); accuracy: the 0/1 outcome alone
-    metrics = {"step": step, "reward_mean": float(np.mean([ep.reward + ep.shaping for ep in episodes])),
-               "accuracy": float(np.mean([ep.correct for ep in episodes])),
-               "episodes": len(episodes), "rows": len(rows), "singleton_groups": singletons,
-               "zero_advantage_rows": sum(a == 0 for a in adv), "optimizer_steps": len(groups),
-               "skipped_steps": skipped, "grade_status": dict(Counter(ep.status for ep in episodes)),
-               "lr": next(iter(optimizers.values())).param_groups[0]["lr"], "roles": {}}
-    monitor, degenerate = answer_monitor(episodes, args.task)
-    metrics.update(monitor)
-    for role, s in stats.items():
-        mine = [r for r in rows if r.role == role]
-        if not mine:
-            continue
-        tokens = sum(len(r.completion_ids) for r in mine)
-        metrics["roles"][role] = {
-            "rows": len(mine), "tokens": tokens, "mean_length": tokens / len(mine),
-            "truncation_rate": sum(r.finish == "length" for r in mine) / len(mine),
-            # share of the loss weight within the optimizer steps it took part in (mean over them)
-            "weight_share": float(np.mean(s["weight_share"])) if s["weight_share"] else 0.0,
-            # per optimizer step of the role: a sum would grow with the number of steps (per-instance voters)
-            "grad_norm": mean(s["grad_norms"]), "grad_norm_max": max(s["grad_norms"], default=None),
-            "loss": mean(s["losses"]), "degenerate_rewarded": degenerate.get(role),
-            **{name: s[key] / max(1, s["train_tokens"]) for name, key in (("entropy", "entropy_sum"),  # per token
-               ("clip_fraction", "clipped"), ("kl", "kl_sum"), ("logprob_gap", "gap_sum"))},
-            "optimizer_steps": s["optimizer_steps"],
-            "diag_correct": mean([r.correct for r in mine if r.correct is not None])}
-    metrics["workflow"] = WORKFLOWS[args.workflow].stats(episodes, args.task)[0]
-    metrics["time"] = {"rollout": t_rollout - t0, "reward": t1 - t_rollout, "old_logprobs": t2 - t1,
-                       "update": t3 - t2, "total": t3 - t0, "ranks": world()[1],  # times are rank 0's
-                       "update_by_adapter": dict(by_adapter), "stages": getattr(policy, "stages", None),  # make_policy's
-                       "rollout_tokens_per_s": sum(len(r.completion_ids) for r in rows) / max(t_rollout - t0, 1e-9)}
-    return metrics, episodes
-
-
-def evaluate(model, tok, problems, args):
-    """Held-out accuracy (1 sample per problem) for --eval-every. Its own generator with a fixed
-    seed: every evaluation draws the same random stream, and training's stream is left untouched,
-    so the eval cadence never changes what training samples. eval.py does the full evaluation."""
-    gen = torch.Generator(device=next(model.parameters()).device).manual_seed(args.seed + 10_000)
-    episodes = run_workflow(args.workflow, problems, 1, policy_for(model, tok, args, gen), task=args.task,
-                            rounds=args.rounds, n_voters=args.voters)
-    return float(np.mean([ep.correct for ep in episodes]))
-
-
-def write_sample(out, step, episode, tok):
-    """Append one episode to samples.txt: per turn its prompt on one line (whitespace collapsed, the
-    middle of a long one elided; empty under torchrun, whose gathered turns keep no prompt ids) and
-    its completion as sampled."""
-    with open(os.path.join(out, "samples.txt"), "a" if step > 1 else "w") as f:
-        f.write(f"=== step {step} problem {episode.problem_id} rollout {episode.rollout} "
-                f"reward {episode.reward} ({episode.status})\n")
-        for t in episode.turns:
-            prompt = " ".join(tok.decode(t.prompt_ids, skip_special_tokens=True).split())
-            f.write(f"--- {t.instance} ({t.role}, {len(t.completion_ids)} tokens, {t.finish})\nprompt: "
-                    f"{prompt if len(prompt) <= 400 else prompt[:200] + ' [...] ' + prompt[-200:]}\n{t.text}\n")
-
-
-# ---------------------------------------------------------------------------------------------
-
-def main(argv=None):
-    args = parse_args(argv)
-    owner = "RANK" in os.environ and not dist.is_initialized()  # torchrun started us: run() joins the group
-    try:
-        return run(args)
-    finally:
-        if owner and dist.is_initialized():
-            dist.destroy_process_group()
-
-
-def run(args):
-    """main after the command line: load, set up or resume, train, save. Under torchrun every rank
-    runs this; rank 0 alone prints, writes the run folder and evaluates."""
-    device = rank_device(args.device)
-    try:  # bad input gets one clear line, not a traceback
-        problems = load_problems(args.data, args.task) if args.data else builtin_problems(args.task, "train", seed=args.seed)
-        eval_set = (load_problems(args.eval_data, args.task) if args.eval_data else builtin_problems(
-            args.task, "test", seed=args.seed))[:args.eval_problems] if args.eval_every else []
-        model, tok, model_used = load_default_model(args.model, device)
-        grpo.check_logits(model)  # log-probs as the sampler's; refuses unknown logit post-processing
-    except (OSError, ValueError, RuntimeError) as e:
-        sys.exit(f"error: {e}")
-    # Join the process group only now: once one exists, transformers' save_pretrained writes on rank
-    # 0 alone, which would leave the tiny model (built through save_pretrained) unwritten elsewhere.
-    init_distributed(device)
-    rank, n_ranks = world()
-    for name, (real, small) in SIZED.items():
-        if getattr(args, name) is None:
-            setattr(args, name, small if model_used == TINY else real)
-    args.model_used = model_used
-    if args.problems < n_ranks:
-        sys.exit(f"error: --problems {args.problems} would leave ranks without problems; use at least {n_ranks}")
-    default_out = os.path.join("runs", f"{args.workflow}-{args.policy}-{args.task}-{time.strftime('%Y%m%d-%H%M%S')}")
-    args.out = gather(args.out or default_out)[0]  # rank 0's: the ranks' clocks may straddle a second
-    os.makedirs(args.out, exist_ok=True)
-
-    torch.manual_seed(args.seed)  # the same on every rank: the adapters start equal
-    adapters = ["shared"] if args.policy == "sp" else list(WORKFLOWS[args.workflow].roles)
-    targets = args.lora_targets.split(",") if args.lora_targets else None
-    try:
-        for name in adapters:
-            lora.add_adapter(model, name, rank=args.lora_rank, alpha=args.lora_alpha,
-                             dropout=args.lora_dropout, targets=targets)
-            if not args.resume and args.init_adapters:  # a warm start (a resume loads its checkpoint instead)
-                one = os.path.isfile(os.path.join(args.init_adapters, "adapter_config.json"))  # DIR is one PEFT folder
-                lora.load_adapter(model, name, args.init_adapters if one else os.path.join(args.init_adapters, name))
-    except (OSError, ValueError) as e:  # e.g. --lora-targets naming no layer, an --init-adapters folder missing
-        sys.exit(f"error: {e}")
-    if args.policy == "ip" and (args.role_weights or args.loss_agg == "role-balanced") and rank == 0:
-        print("note: under IP each optimizer step holds one role's rows, so --role-weights and "
-              "role-balanced do not change the update (they matter under SP)", flush=True)
-    optimizers = {name: torch.optim.AdamW(lora.adapter_parameters(model, name), lr=args.lr,
-                                          weight_decay=args.weight_decay) for name in adapters}
-    device = next(model.parameters()).device
-    if rank:  # rank 0 keeps the plain run's streams; the others get their own (LoRA dropout, sampling)
-        torch.manual_seed(rank_seed(args.seed, rank))
-    gen = torch.Generator(device=device).manual_seed(rank_seed(args.seed, rank))
-    start, consumed = 0, 0
-    if args.resume:
-        try:
-            start, consumed = load_checkpoint(args.out, model, adapters, optimizers, gen, args.seed)
-        except Exception as e:  # a truncated or foreign file (safetensors, pickle, shapes, keys): as a bad flag
-            print(f"error: --resume: cannot restore {os.path.join(args.out, checkpoints(args.out)[-1])} "
-                  f"({type(e).__name__}: {' '.join(str(e).split()).split('. ')[0]})", file=sys.stderr)
-            sys.exit(2)
-        if start >= args.steps:
-            if rank == 0:
-                print(f"{args.out} is already finished: step {start} of {args.steps}. "
-                      f"Pass a larger --steps to train further.")
-            return args.out
-    for name in adapters if n_ranks > 1 else []:  # as DDP does: every rank starts from rank 0's weights
-        for p in lora.adapter_parameters(model, name):
-            dist.broadcast(p.data, 0)
-    # where this start came from (after a resumed run's earlier ones): code, command line, versions, hardware
-    args.starts = (getattr(args, "starts", []) if args.resume else []) + [{"step": start, "command": args.command,
-        "commit": git_commit(), "python": sys.version.split()[0], "torch": torch.__version__, "ranks": n_ranks,
-        "transformers": transformers.__version__, "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"}]
-    config = {k: v for k, v in vars(args).items() if k not in ("kl_coefs", "role_weight_map", "command")}
-    if rank == 0:
-        if start == 0 and os.path.exists(os.path.join(args.out, "config.json")):  # metrics, samples: "w" at step 0
-            print(f"note: {args.out} stopped before its first checkpoint: starting it over from step 0", flush=True)
-        with open(os.path.join(args.out, "config.json"), "w") as f:
-            json.dump(config, f, indent=1)
-        print(f"run {args.out}: {args.workflow} / {args.policy.upper()} / {args.task} on {model_used} ({device}"
-              f"{f' x {n_ranks} ranks' if n_ranks > 1 else ''}), {len(problems)} training problems, "
-              f"adapters {adapters}", flush=True)
-        if warmup_steps(args) < args.warmup:
-            print(f"note: --warmup {args.warmup} capped at {warmup_steps(args)} steps, a quarter of --steps "
-                  f"{args.steps}, so that the run reaches --lr {args.lr}", flush=True)
-
-    stop = {"requested": False}
-
-    def on_sigint(signum, frame):
-        if stop["requested"]:
-            raise KeyboardInterrupt
-        stop["requested"] = True
-        print("\nCtrl-C: finishing this step, then saving a checkpoint (Ctrl-C again aborts unsaved)", flush=True)
-    # Under torchrun Ctrl-C interrupts at once: a flag seen by some ranks and not others would leave
-    # the rest waiting in a collective.
-    previous = signal.signal(signal.SIGINT, on_sigint) if n_ranks == 1 else None
-    bad_in_a_row = 0
-    try:
-        bar = tqdm(range(start, args.steps), initial=start, total=args.steps, desc="train", dynamic_ncols=True,
-                   disable=rank != 0)
-        for step in bar:
-            batch = my_share(draw(problems, consumed, args.problems, args.seed))  # the data position is global
-            consumed += args.problems
-            for opt in optimizers.values():
-                for g in opt.param_groups:
-                    g["lr"] = args.lr * lr_factor(step, args)
-            metrics, episodes = train_step(model, tok, batch, args, optimizers, gen, step + 1)
-            if rank == 0:
-                if eval_set and (step + 1) % args.eval_every == 0:
-                    metrics["eval_accuracy"] = evaluate(model, tok, eval_set, args)
-                with open(os.path.join(args.out, "metrics.jsonl"), "a" if step else "w") as f:  # step 0: starts over
-                    f.write(json.dumps(metrics) + "\n")
-                if args.sample_every and (step + 1) % args.sample_every == 0 or step == 0:
-                    write_sample(args.out, step + 1, episodes[0], tok)
-            bar.set_postfix(reward=f"{metrics['reward_mean']:.3f}", skipped=metrics["skipped_steps"])
-            bad_in_a_row = bad_in_a_row + 1 if metrics["skipped_steps"] else 0
-            if step + 1 == args.steps or stop["requested"] or bad_in_a_row >= 3 or (step + 1) % args.save_every == 0:
-                save_checkpoint(args.out, step + 1, model, adapters, optimizers, gen, consumed, config)
-            if bad_in_a_row >= 3:
-                sys.exit(f"error: non-finite loss or gradient in {bad_in_a_row} steps in a row; stopped at step "
-                         f"{step + 1} (checkpoint saved). Try a lower --lr.")
-            if stop["requested"]:
-                print(f"stopped at step {step + 1}; continue with: python train.py --out {args.out} --resume")
-                break
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
-    gather(None)  # a barrier: no rank returns before rank 0 has written the last checkpoint
-    if rank == 0:
-        print(f"done: {args.out} (metrics.jsonl, config.json, {len(checkpoints(args.out))} checkpoint(s))")
-    return args.out
-
-
-def git_commit(folder=os.path.dirname(os.path.abspath(__file__))):
-    """HEAD of the git checkout holding `folder` (this file's), with '-dirty' when tracked files differ from
-    it; None outside a git checkout or without git."""
-    return shutil.which("git") and subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=40", "--exclude=*"],
-                                                  cwd=folder, capture_output=True, text=True).stdout.strip() or None
-
-
-def warmup_steps(args):
-    """--warmup, capped at a quarter of --steps: a longer warm-up never reaches --lr (every tiny run had
-    15 of 6 steps), while the cap leaves the reference's 15 of 200 and results.md's 3 of 24 as they are."""
-    return min(args.warmup, args.steps // 4)
-
-
-def lr_factor(step, args):
-    """Linear warm-up over warmup_steps(args), then cosine decay to 0 at --steps (or constant)."""
-    warmup = warmup_steps(args)
-    if step < warmup:
-        return (step + 1) / warmup
-    if args.no_cosine:
-        return 1.0
-    progress = (step - warmup) / max(1, args.steps - warmup)
-    return 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+            s.update({k: sum(p[3][role][k] for p in parts) for k in summed})
+            s["losses"] = [sum(x) for x in zip(*[p[3][role]["losses"] for p in parts])]  # every rank walks each step
+    return episodes, [t for ep in episodes for t in ep.turns], adv, singletons
 
 
 if __name__ == "__main__":

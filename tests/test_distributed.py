@@ -60,7 +60,7 @@ CASES = {
     "evalopt-sp": ["--workflow", "evalopt", "--policy", "sp", "--loss-agg", "role-balanced",
                    "--role-weights", "evaluator=3"],
 }
-FIRST = train.draw(data.builtin_problems("math", "train", seed=0), 0, 3, 0)[0]["prompt"]  # rank 0's problem
+FIRST = train.draw_problems(data.builtin_problems("math", "train", seed=0), 0, 3, 0)[0]["prompt"]  # rank 0's problem
 
 
 def scripted_make_policy(model, tokenizer, adapters, **kw):

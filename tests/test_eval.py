@@ -156,10 +156,11 @@ def test_voting_diagnostics():
     assert (a["had_right_candidate"], a["picked_right"], a["pick_accuracy"]) == (2, 1, 0.5)
     assert a["candidate_accuracy"] == pytest.approx(2 / 9)
     assert (a["picks"], a["unboxed_picks"], a["default_picks"]) == (3, 2, 1)
-    assert ev.headline("voting", d) == "picked right 1/2, 2/3 picks without \\boxed{N} (1 with no number: solution 1)"
+    headline = workflows.WORKFLOWS["voting"].headline
+    assert headline(d) == "picked right 1/2, 2/3 picks without \\boxed{N} (1 with no number: solution 1)"
     for key in ("picks", "unboxed_picks", "default_picks"):  # an eval.jsonl record written before these existed
         del a[key]
-    assert ev.headline("voting", d) == "picked right 1/2"
+    assert headline(d) == "picked right 1/2"
 
 
 def test_orchworkers_diagnostics():
