@@ -361,10 +361,6 @@ def math_check(completion: str, answer: str) -> tuple[float, str]:
     return (1.0, "correct") if ok else (0.0, "wrong")
 
 
-def math_reward(completion: str, answer: str) -> float:
-    return math_check(completion, answer)[0]
-
-
 def final_answer(completion: str, task: str) -> str | None:
     """What a completion answers, as a key for counting equal answers (the reward-hacking monitor): math the
     normalised boxed answer without spaces, code the extracted program stripped; None when it has none."""
@@ -680,10 +676,6 @@ def code_check(completion: str, problem: dict, deadline: float | None = None) ->
         if r.status != "pass" or lines(r.stdout) != lines(case["output"]):
             return 0.0, "fail" if r.status == "pass" else r.status
     return 1.0, "pass"
-
-
-def code_reward(completion: str, problem: dict) -> float:
-    return code_check(completion, problem)[0]
 
 
 # ----------------------------------------------------------------------------------------------- batch

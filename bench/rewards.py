@@ -1,5 +1,5 @@
 """Benchmark (not a test): code-reward throughput, in programs per second, on the MBPP reference solutions:
-one program at a time (rewards.code_reward in a loop) versus parallel (rewards.grade, one worker per CPU).
+one program at a time (rewards.code_check in a loop) versus parallel (rewards.grade, one worker per CPU).
 
 Every program is a full sandbox run (fresh interpreter, fork, rlimits, audit hook), so this is the cost the
 trainer pays per code episode. Left out: math grading (microseconds per answer unless sympy is needed).
@@ -31,7 +31,7 @@ def main() -> None:
     n, workers = len(probs), args.workers or os.cpu_count()
 
     t0 = time.perf_counter()
-    seq = [rewards.code_reward(c, p) for c, p in zip(comps, probs)]
+    seq = [rewards.code_check(c, p)[0] for c, p in zip(comps, probs)]
     t_seq = time.perf_counter() - t0
     t0 = time.perf_counter()
     par = rewards.grade(comps, probs, max_workers=workers)

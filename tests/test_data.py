@@ -118,7 +118,7 @@ def test_builtin_math_answers():
     probs = data.builtin_problems("math", n=500)
     assert all(p["answer"].isdigit() for p in probs)
     assert len({p["prompt"].split()[1] for p in probs}) > 5  # varied templates
-    assert all(rewards.math_reward(f"\\boxed{{{p['answer']}}}", p["answer"]) == 1.0 for p in probs)
+    assert all(rewards.math_check(f"\\boxed{{{p['answer']}}}", p["answer"])[0] == 1.0 for p in probs)
 
 
 def test_builtin_code_reference_passes_and_wrong_fails():
@@ -178,7 +178,7 @@ def test_svamp_and_asdiv_rows(tmp_path):
     # a number before the unit: the number; anything else stays the gold text as it is
     assert [p["answer"] for p in probs[1:]] == ["9", "1250", "-2.5", "3/4", "9 (3)", "two (apples)", "2.5"]
     assert [p["id"] for p in probs[1:3]] == ["svamp-2", "svamp-3"]
-    assert rewards.math_reward(r"\boxed{9}", probs[1]["answer"]) == 1.0
+    assert rewards.math_check(r"\boxed{9}", probs[1]["answer"])[0] == 1.0
 
 
 @pytest.mark.parametrize("row,fragment", [

@@ -59,7 +59,7 @@ MATH_CASES = [  # (completion, gold, reward)
 
 @pytest.mark.parametrize("completion,gold,expected", MATH_CASES)
 def test_math_equivalence_table(completion, gold, expected):
-    assert R.math_reward(completion, gold) == expected, R.math_check(completion, gold)
+    assert R.math_check(completion, gold)[0] == expected, R.math_check(completion, gold)
 
 
 @pytest.mark.parametrize("completion", ["The answer is 5.", "\\boxed{5", "\\boxed{}", "\\boxed{  }", ""])
@@ -122,12 +122,12 @@ FIXED = [  # (completion, gold): equal, and scored 0 before
 
 @pytest.mark.parametrize("completion,gold", GAMED)
 def test_math_issue_false_positives(completion, gold):
-    assert R.math_reward(completion, gold) == 0.0, R.math_check(completion, gold)
+    assert R.math_check(completion, gold)[0] == 0.0, R.math_check(completion, gold)
 
 
 @pytest.mark.parametrize("completion,gold", FIXED)
 def test_math_issue_false_negatives(completion, gold):
-    assert R.math_reward(completion, gold) == 1.0, R.math_check(completion, gold)
+    assert R.math_check(completion, gold)[0] == 1.0, R.math_check(completion, gold)
 
 
 # Answers a policy could try to score against any gold: non-finite, overflowing, empty, set-valued, symbolic, text.
@@ -157,11 +157,11 @@ def _golds():
 def test_math_property_degenerate_answers_match_no_gold():
     """No degenerate answer equals any gold (thousands of golds: GSM8K train + test when present)."""
     golds = _golds()
-    bad = [(c, g) for c in DEGENERATE for g in golds if R.math_reward(f"\\boxed{{{c}}}", g)]
+    bad = [(c, g) for c in DEGENERATE for g in golds if R.math_check(f"\\boxed{{{c}}}", g)[0]]
     assert not bad, bad[:20]
     # juxtaposed factors never multiply: "a b" for gold a*b
     bad = [g for g in golds if re.fullmatch(r"\d{2,}", g) and int(g) % 3 == 0 and
-           R.math_reward(f"\\boxed{{3 {int(g) // 3}}}", g)]
+           R.math_check(f"\\boxed{{3 {int(g) // 3}}}", g)[0]]
     assert not bad, bad[:20]
 
 
@@ -207,7 +207,7 @@ def test_code_pass_fail_and_statuses():
     assert R.code_check(fence("def add(a, b) return"), prob) == (0.0, "fail")  # syntax error
     assert R.code_check("def add(a, b):\n    return a + b", prob) == (0.0, "no_code")
     assert R.code_check(fence("x = 1"), {"task": "code", "prompt": ""}) == (0.0, "bad_problem")  # no tests: never 1
-    assert R.code_reward(fence("def add(a, b):\n    return a + b"), prob) == 1.0
+    assert R.code_check(fence("def add(a, b):\n    return a + b"), prob)[0] == 1.0
 
 
 def test_humaneval_style_check_and_setup():
@@ -566,9 +566,9 @@ def test_gsm8k_gold_answers_score_themselves():
         raw = [json.loads(ln)["answer"].split("####")[-1].strip() for ln in path.read_text().splitlines()]
         probs = data.load_problems(str(path), task="math")
         assert len(probs) == len(raw)
-        bad = [(p["id"], r) for p, r in zip(probs, raw) if R.math_reward(f"So \\boxed{{{r}}}.", p["answer"]) != 1.0]
+        bad = [(p["id"], r) for p, r in zip(probs, raw) if R.math_check(f"So \\boxed{{{r}}}.", p["answer"])[0] != 1.0]
         assert not bad
-        assert all(R.math_reward(f"\\boxed{{{int(p['answer']) + 1}}}", p["answer"]) == 0.0 for p in probs[:300])
+        assert all(R.math_check(f"\\boxed{{{int(p['answer']) + 1}}}", p["answer"])[0] == 0.0 for p in probs[:300])
 
 
 def _reference_run(path: Path, step: int = 1):
