@@ -455,7 +455,6 @@ WORKFLOWS = {  # the registry: a new workflow is one more entry (train.py --work
     "orchworkers": Workflow(_orchworkers, ["orchestrator", "worker", "synthesizer"], ("worker",),
                             _orchworkers_stats, _orchworkers_headline),
 }
-ROLES = {name: w.roles for name, w in WORKFLOWS.items()}  # the built-in workflows' roles (use WORKFLOWS[w].roles)
 
 
 # ----------------------------------------------------------------------------- run + grade

@@ -35,7 +35,7 @@ def read_metrics(out):
         return [json.loads(line) for line in f]
 
 
-@pytest.mark.parametrize("workflow", list(workflows.ROLES))
+@pytest.mark.parametrize("workflow", list(workflows.WORKFLOWS))
 @pytest.mark.parametrize("policy", ["sp", "ip"])
 def test_two_step_smoke_run(tmp_path, workflow, policy, monkeypatch):
     monkeypatch.setattr(workflows.rewards, "grade", fake_grade)
@@ -44,8 +44,8 @@ def test_two_step_smoke_run(tmp_path, workflow, policy, monkeypatch):
     m = read_metrics(out)
     assert [x["step"] for x in m] == [1, 2]
     roles = set(m[0]["roles"])
-    assert roles == set(workflows.ROLES[workflow])  # every role produced rows and is logged
-    names = {"shared"} if policy == "sp" else set(workflows.ROLES[workflow])
+    assert roles == set(workflows.WORKFLOWS[workflow].roles)  # every role produced rows and is logged
+    names = {"shared"} if policy == "sp" else set(workflows.WORKFLOWS[workflow].roles)
     assert {f[:-12] for f in os.listdir(os.path.join(out, "step_000002")) if f.endswith(".safetensors")} == names
     config = json.load(open(os.path.join(out, "config.json")))
     assert config["workflow"] == workflow and config["model_used"] == "tiny"
@@ -852,7 +852,7 @@ def test_ip_per_instance_steps_hold_only_their_role_and_instance(tiny, scratch_a
     only one instance of it (voter k; the k-th worker of each episode). Kills: an IP step taking other
     roles' rows, per-instance steps merged or split on the wrong index."""
     model, tok = tiny
-    for seed, role in enumerate(workflows.ROLES[workflow]):
+    for seed, role in enumerate(workflows.WORKFLOWS[workflow].roles):
         scratch_adapter(role, seed=seed)
     monkeypatch.setattr(train, "policy_for", lambda *a: scripted(reply))
     monkeypatch.setattr(workflows.rewards, "grade", yes_grade)
@@ -860,7 +860,7 @@ def test_ip_per_instance_steps_hold_only_their_role_and_instance(tiny, scratch_a
     monkeypatch.setattr(train, "optimizer_step", lambda model, adapter, rows, *a: updates.append(
         (adapter, rows)) or True)
     args = train.parse_args(["--workflow", workflow, "--policy", "ip", "--group", "2", "--problems", "1"])
-    opt = {r: torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0) for r in workflows.ROLES[workflow]}
+    opt = {r: torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0) for r in workflows.WORKFLOWS[workflow].roles}
     _, episodes = train.train_step(model, tok, [{"id": "p", "task": "math", "prompt": "q", "answer": "1"}],
                                    args, opt, None, 1)
     slot = lambda row: next(j - 1 for ep in episodes for j, t in enumerate(ep.turns) if t is row)  # after the orchestrator

@@ -10,7 +10,7 @@ import torch
 import lora
 import workflows
 from models import chat_ids
-from workflows import (ROLES, Call, make_policy, parse_choice, parse_strategies, parse_verdict,
+from workflows import (WORKFLOWS, Call, make_policy, parse_choice, parse_strategies, parse_verdict,
                        run_workflow)
 
 ADD = "```python\ndef add(a, b):\n    return a + b\n```"
@@ -59,7 +59,7 @@ def check_common(eps, workflow, problems, group_size):
     assert [(e.problem_id, e.rollout) for e in eps] == [(p["id"], g) for p in problems for g in range(group_size)]
     for e in eps:
         assert e.reward in (0.0, 1.0) and isinstance(e.status, str) and e.status
-        assert {t.role for t in e.turns} <= set(ROLES[workflow])
+        assert {t.role for t in e.turns} <= set(WORKFLOWS[workflow].roles)
         assert all(t.reward == e.reward for t in e.turns)
 
 
@@ -347,12 +347,12 @@ MAX_NEW = 6
 TURNS = {"single": {1}, "evalopt": {2, 4, 6}, "voting": {4}, "orchworkers": {3, 4, 5}}
 
 
-@pytest.mark.parametrize("workflow", list(ROLES))
+@pytest.mark.parametrize("workflow", list(WORKFLOWS))
 @pytest.mark.parametrize("task", ["math", "code"])
 def test_end_to_end_tiny(tiny, workflow, task):
     model, tok = tiny
     problems = [math_problem("m0"), math_problem("m1", "7")] if task == "math" else [code_problem("c0"), code_problem("c1")]
-    policy = make_policy(model, tok, {r: None for r in ROLES[workflow]}, max_new_tokens=MAX_NEW,
+    policy = make_policy(model, tok, {r: None for r in WORKFLOWS[workflow].roles}, max_new_tokens=MAX_NEW,
                          generator=torch.Generator().manual_seed(0))
     eps = run_workflow(workflow, problems, 2, policy)
     check_common(eps, workflow, problems, 2)
@@ -372,7 +372,7 @@ def test_end_to_end_tiny(tiny, workflow, task):
 def test_policy_adapters_batching_and_limit(tiny, monkeypatch):
     model, tok = tiny
     model = copy.deepcopy(model)  # adapters must not leak into the shared fixture
-    for r in ROLES["evalopt"]:
+    for r in WORKFLOWS["evalopt"].roles:
         lora.add_adapter(model, r, rank=4, alpha=8)
     set_to, samples = [], []
     real_set, real_sample = lora.set_adapter, workflows.sample
@@ -404,7 +404,7 @@ def test_seeded_rollouts_repeat(tiny):
     model, tok = tiny
     runs = []
     for _ in range(2):
-        policy = make_policy(model, tok, {r: None for r in ROLES["voting"]}, max_new_tokens=5,
+        policy = make_policy(model, tok, {r: None for r in WORKFLOWS["voting"].roles}, max_new_tokens=5,
                              generator=torch.Generator().manual_seed(3))
         runs.append([[t.completion_ids for t in e.turns] for e in run_workflow("voting", [math_problem("a")], 2, policy)])
     assert runs[0] == runs[1]
