@@ -69,8 +69,7 @@ def token_weights(roles, lengths, mode="seq-mean-token-mean", role_weights=None)
             weights[i] = 1.0 / total_tokens
         else:
             weights[i] = 1.0 / (len(per_role) * per_role[roles[i]] * lengths[i])
-        if role_weights:
-            weights[i] *= role_weights.get(roles[i], 1.0)
+        weights[i] *= (role_weights or {}).get(roles[i], 1.0)  # x 1.0 is exact: no role weights, no change
     total = sum(weights[i] * lengths[i] for i in live)
     if total <= 0:
         raise ValueError(f"role weights {role_weights} leave no weight on the batch")
