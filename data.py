@@ -271,15 +271,14 @@ def builtin_problems(task: str, split: str = "train", n: int = 1000, seed: int =
     prompt for math, function + parameters for code), so train and test never overlap, whatever the seeds."""
     if task not in ("math", "code") or split not in ("train", "test"):
         raise ValueError(f"builtin_problems: task must be math/code and split train/test, got {task!r}, {split!r}")
-    r, out, seen = random.Random(f"{task}-{split}-{seed}"), [], set()
+    r, out = random.Random(f"{task}-{split}-{seed}"), {}   # prompt -> problem: distinct prompts, in drawing order
     for _ in range(200 * n):
         if len(out) == n:
             break
         key, prob = _math_problem(r) if task == "math" else _code_problem(r)
         in_test = int(hashlib.sha1(key.encode()).hexdigest(), 16) % 10 == 0  # 10% of keys are held out
-        if in_test == (split == "test") and prob["prompt"] not in seen:
-            seen.add(prob["prompt"])
-            out.append({"id": f"builtin-{task}-{split}-{seed}-{len(out)}", **prob})
+        if in_test == (split == "test") and prob["prompt"] not in out:
+            out[prob["prompt"]] = {"id": f"builtin-{task}-{split}-{seed}-{len(out)}", **prob}
     if len(out) < n:
         raise ValueError(f"builtin_problems: only {len(out)} distinct {task}/{split} problems, asked for {n}")
-    return out
+    return list(out.values())
