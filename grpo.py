@@ -123,11 +123,10 @@ def completion_logprobs(model, prompts, completions, temperature=1.0, chunk_toke
     the sampler draws from the forward's logits. Logits are divided by the sampling temperature, as the
     sampler does. Returns two lists of (len(completion),) tensors."""
     device = next(model.parameters()).device
-    seqs = [p + c for p, c in zip(prompts, completions)]
-    ids = torch.zeros((len(seqs), max(map(len, seqs))), dtype=torch.long)
+    ids = torch.zeros((len(prompts), max(len(p) + len(c) for p, c in zip(prompts, completions))), dtype=torch.long)
     rows, cols, targets = [], [], []
     for i, (p, c) in enumerate(zip(prompts, completions)):
-        ids[i, :len(seqs[i])] = torch.tensor(seqs[i])
+        ids[i, :len(p) + len(c)] = torch.tensor(p + c)  # (B, L): prompt + completion, right-padded with 0
         rows += [i] * len(c)
         cols += range(len(p) - 1, len(p) + len(c) - 1)  # position t predicts token t + 1
         targets += c
