@@ -108,8 +108,7 @@ def _parse_row(row: dict) -> tuple[str, dict]:
         fmt = "GSM8K" if "####" in str(row["answer"]) else "question/answer"
         return fmt, {"task": "math", "prompt": _text(row, "question"), "answer": _math_answer(row["answer"])}
     if "problem" in keys and ("answer" in keys or "solution" in keys):
-        answer = row.get("answer")
-        if answer is None:
+        if (answer := row.get("answer")) is None:
             if last_boxed(_text(row, "solution")) is None:
                 raise ValueError("field 'solution' has no \\boxed{} answer")
             answer = row["solution"]

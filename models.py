@@ -118,8 +118,7 @@ def load_model(spec=TINY, device=None, dtype=None):
             import gguf  # noqa: F401  (transformers needs it to read the file)
         except ImportError:
             raise RuntimeError("loading a .gguf file needs the optional package: pip install gguf")
-        folder, name = os.path.split(os.path.abspath(spec))
-        model, tok = _from_pretrained(folder, dtype, gguf_file=name)
+        model, tok = _from_pretrained(os.path.dirname(os.path.abspath(spec)), dtype, gguf_file=os.path.basename(spec))
     elif os.path.isdir(spec):
         model, tok = _from_pretrained(spec, dtype)
     elif spec.startswith((".", "/", "~")) or not re.fullmatch(r"[\w.-]+(/[\w.-]+)?", spec):
