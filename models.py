@@ -97,9 +97,8 @@ def _load_pretrained(spec, dtype):
     with contextlib.suppress(OSError):  # not cached (or incomplete): try the hub
         return _from_pretrained(spec, dtype, local_files_only=True)
     if not _hub_reachable():
-        raise RuntimeError(
-            f"model '{spec}' is not in the local Hugging Face cache and the hub cannot be reached "
-            f"(no network?). Use --model tiny (built-in), a local folder, or a .gguf file.")
+        raise RuntimeError(f"model '{spec}' is not in the local Hugging Face cache and the hub cannot be reached "
+                           "(no network?). Use --model tiny (built-in), a local folder, or a .gguf file.")
     return _from_pretrained(spec, dtype)
 
 
