@@ -108,8 +108,7 @@ def _parse_row(row: dict) -> tuple[str, dict]:
         fmt = "GSM8K" if "####" in str(row["answer"]) else "question/answer"
         return fmt, {"task": "math", "prompt": _text(row, "question"), "answer": _math_answer(row["answer"])}
     if "problem" in keys and ("answer" in keys or "solution" in keys):
-        answer = row.get("answer")
-        if answer is None:
+        if (answer := row.get("answer")) is None:
             if last_boxed(_text(row, "solution")) is None:
                 raise ValueError("field 'solution' has no \\boxed{} answer")
             answer = row["solution"]
@@ -174,43 +173,46 @@ _NAMES = ["Ava", "Ben", "Chloe", "Dev", "Emma", "Farid", "Grace", "Hiro", "Ines"
 _ITEMS = ["apples", "marbles", "stickers", "books", "pencils", "cookies", "shells", "cards", "stamps", "beads"]
 
 
-def _math_problem(r: random.Random) -> tuple[str, int]:
-    """One word problem with 2-4 arithmetic steps and a non-negative integer answer."""
+def _math_problem(r: random.Random) -> tuple[str, dict]:
+    """(split key, problem): a word problem with 2-4 arithmetic steps and a non-negative integer answer; the key
+    is the prompt."""
     n, it = r.choice(_NAMES), r.choice(_ITEMS)
     a, b, c, d = (r.randint(2, 12) for _ in range(4))
     k = r.randrange(12)
     if k == 0:
         d = r.randint(1, a + b * c)
-        return f"{n} has {a} {it}. {n} buys {b} packs with {c} {it} in each, then gives away {d}. How many {it} does {n} have now?", a + b * c - d
-    if k == 1:
+        prompt, answer = f"{n} has {a} {it}. {n} buys {b} packs with {c} {it} in each, then gives away {d}. How many {it} does {n} have now?", a + b * c - d
+    elif k == 1:
         c = r.randrange((a * b) % 2, a * b, 2)  # the rest must halve evenly
-        return f"A bakery bakes {a} trays of {b} muffins. It sells {c} muffins in the morning and half of the rest in the afternoon. How many muffins are left?", (a * b - c) // 2
-    if k == 2:
+        prompt, answer = f"A bakery bakes {a} trays of {b} muffins. It sells {c} muffins in the morning and half of the rest in the afternoon. How many muffins are left?", (a * b - c) // 2
+    elif k == 2:
         d = r.randint(1, a * b * c - 1)
-        return f"{n} earns ${a} an hour, works {b} hours a day for {c} days, and then spends ${d} on a bike. How many dollars does {n} have left?", a * b * c - d
-    if k == 3:
+        prompt, answer = f"{n} earns ${a} an hour, works {b} hours a day for {c} days, and then spends ${d} on a bike. How many dollars does {n} have left?", a * b * c - d
+    elif k == 3:
         c, d = r.randint(0, a * b // 2), r.randint(0, a * b // 2)
-        return f"A hall has {a} rows of {b} seats. {c} seats are broken and {d} people are already seated in working seats. How many working seats are empty?", a * b - c - d
-    if k == 4:
-        return f"{n} reads {a} pages a day for {b} days and then {c} pages a day for {d} days. How many pages does {n} read in total?", a * b + c * d
-    if k == 5:
+        prompt, answer = f"A hall has {a} rows of {b} seats. {c} seats are broken and {d} people are already seated in working seats. How many working seats are empty?", a * b - c - d
+    elif k == 4:
+        prompt, answer = f"{n} reads {a} pages a day for {b} days and then {c} pages a day for {d} days. How many pages does {n} read in total?", a * b + c * d
+    elif k == 5:
         a, c = 10 * a, 10 * c
-        return f"A train travels at {a} km per hour for {b} hours and then at {c} km per hour for {d} hours. How many kilometres does it travel?", a * b + c * d
-    if k == 6:
-        return f"{n} has {a * b} {it} and shares them equally among {b} friends. Each friend then finds {c} more. How many {it} does each friend have?", a + c
-    if k == 7:
+        prompt, answer = f"A train travels at {a} km per hour for {b} hours and then at {c} km per hour for {d} hours. How many kilometres does it travel?", a * b + c * d
+    elif k == 6:
+        prompt, answer = f"{n} has {a * b} {it} and shares them equally among {b} friends. Each friend then finds {c} more. How many {it} does each friend have?", a + c
+    elif k == 7:
         c = r.randint(2, 4)
-        return f"{n} is {a} years old. {n}'s sister is {b} years older, and their grandmother is {c} times as old as the sister. How old is the grandmother?", (a + b) * c
-    if k == 8:
+        prompt, answer = f"{n} is {a} years old. {n}'s sister is {b} years older, and their grandmother is {c} times as old as the sister. How old is the grandmother?", (a + b) * c
+    elif k == 8:
         a = b * c + r.randint(0, 50)
-        return f"A tank holds {a} litres of water. It leaks {b} litres every hour for {c} hours, and then {d} litres are added. How many litres are in the tank?", a - b * c + d
-    if k == 9:
+        prompt, answer = f"A tank holds {a} litres of water. It leaks {b} litres every hour for {c} hours, and then {d} litres are added. How many litres are in the tank?", a - b * c + d
+    elif k == 9:
         a *= 4
-        return f"{n} saves ${a} every week for {b} weeks, spends a quarter of the savings, and then earns ${c} more. How many dollars does {n} have?", a * b * 3 // 4 + c
-    if k == 10:
-        return f"A farm has {a} pens with {b} hens in each. Every hen lays {c} eggs a week. How many eggs are laid in {d} weeks?", a * b * c * d
-    bill = (a * b + c * d) // 50 * 50 + 50
-    return f"{n} buys {a} notebooks at ${b} each and {c} pens at ${d} each, and pays with ${bill}. How many dollars of change does {n} get?", bill - a * b - c * d
+        prompt, answer = f"{n} saves ${a} every week for {b} weeks, spends a quarter of the savings, and then earns ${c} more. How many dollars does {n} have?", a * b * 3 // 4 + c
+    elif k == 10:
+        prompt, answer = f"A farm has {a} pens with {b} hens in each. Every hen lays {c} eggs a week. How many eggs are laid in {d} weeks?", a * b * c * d
+    else:
+        bill = (a * b + c * d) // 50 * 50 + 50
+        prompt, answer = f"{n} buys {a} notebooks at ${b} each and {c} pens at ${d} each, and pays with ${bill}. How many dollars of change does {n} get?", bill - a * b - c * d
+    return prompt, {"task": "math", "prompt": prompt, "answer": str(answer)}
 
 
 _ints = lambda r: [r.randint(-20, 40) for _ in range(r.randint(0, 8))]
@@ -268,19 +270,14 @@ def builtin_problems(task: str, split: str = "train", n: int = 1000, seed: int =
     prompt for math, function + parameters for code), so train and test never overlap, whatever the seeds."""
     if task not in ("math", "code") or split not in ("train", "test"):
         raise ValueError(f"builtin_problems: task must be math/code and split train/test, got {task!r}, {split!r}")
-    r, out, seen = random.Random(f"{task}-{split}-{seed}"), [], set()
+    r, out = random.Random(f"{task}-{split}-{seed}"), {}   # prompt -> problem: distinct prompts, in drawing order
     for _ in range(200 * n):
         if len(out) == n:
             break
-        if task == "math":
-            prompt, answer = _math_problem(r)
-            key, prob = prompt, {"task": "math", "prompt": prompt, "answer": str(answer)}
-        else:
-            key, prob = _code_problem(r)
+        key, prob = _math_problem(r) if task == "math" else _code_problem(r)
         in_test = int(hashlib.sha1(key.encode()).hexdigest(), 16) % 10 == 0  # 10% of keys are held out
-        if in_test == (split == "test") and prob["prompt"] not in seen:
-            seen.add(prob["prompt"])
-            out.append({"id": f"builtin-{task}-{split}-{seed}-{len(out)}", **prob})
+        if in_test == (split == "test") and prob["prompt"] not in out:
+            out[prob["prompt"]] = {"id": f"builtin-{task}-{split}-{seed}-{len(out)}", **prob}
     if len(out) < n:
         raise ValueError(f"builtin_problems: only {len(out)} distinct {task}/{split} problems, asked for {n}")
-    return out
+    return list(out.values())

@@ -69,8 +69,7 @@ def token_weights(roles, lengths, mode="seq-mean-token-mean", role_weights=None)
             weights[i] = 1.0 / total_tokens
         else:
             weights[i] = 1.0 / (len(per_role) * per_role[roles[i]] * lengths[i])
-        if role_weights:
-            weights[i] *= role_weights.get(roles[i], 1.0)
+        weights[i] *= (role_weights or {}).get(roles[i], 1.0)  # x 1.0 is exact: no role weights, no change
     total = sum(weights[i] * lengths[i] for i in live)
     if total <= 0:
         raise ValueError(f"role weights {role_weights} leave no weight on the batch")
@@ -124,11 +123,10 @@ def completion_logprobs(model, prompts, completions, temperature=1.0, chunk_toke
     the sampler draws from the forward's logits. Logits are divided by the sampling temperature, as the
     sampler does. Returns two lists of (len(completion),) tensors."""
     device = next(model.parameters()).device
-    seqs = [p + c for p, c in zip(prompts, completions)]
-    ids = torch.zeros((len(seqs), max(map(len, seqs))), dtype=torch.long)
+    ids = torch.zeros((len(prompts), max(len(p) + len(c) for p, c in zip(prompts, completions))), dtype=torch.long)
     rows, cols, targets = [], [], []
     for i, (p, c) in enumerate(zip(prompts, completions)):
-        ids[i, :len(seqs[i])] = torch.tensor(seqs[i])
+        ids[i, :len(p) + len(c)] = torch.tensor(p + c)  # (B, L): prompt + completion, right-padded with 0
         rows += [i] * len(c)
         cols += range(len(p) - 1, len(p) + len(c) - 1)  # position t predicts token t + 1
         targets += c

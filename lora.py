@@ -131,20 +131,18 @@ def _slots(module: nn.Module) -> Iterator[tuple[nn.Module, str, nn.Module]]:
 
 
 def _wrappers(model: nn.Module, name: str | None = None) -> list[tuple[str, LoRALinear]]:
-    """(module path, wrapper) for every LoRALinear, or only those holding adapter `name`; in model order."""
-    return [(p, m) for p, m in model.named_modules()
-            if isinstance(m, LoRALinear) and (name is None or name in m.adapters)]
-
-
-def _check_name(model: nn.Module, name: str) -> list[tuple[str, LoRALinear]]:
-    if not (found := _wrappers(model, name)):
+    """(module path, wrapper) for every LoRALinear, or only those holding adapter `name` (ValueError if none
+    does: an unknown name); in model order."""
+    found = [(p, m) for p, m in model.named_modules()
+             if isinstance(m, LoRALinear) and (name is None or name in m.adapters)]
+    if name is not None and not found:
         raise ValueError(f"unknown adapter {name!r}; known adapters: {adapter_names(model)}")
     return found
 
 
 def _params(model: nn.Module, name: str) -> dict[str, nn.Parameter]:
     """Adapter `name`'s parameters keyed "<module path>.lora_A" / ".lora_B": A then B per layer, in model order."""
-    return {f"{p}.{ab}": getattr(m, ab)[name] for p, m in _check_name(model, name) for ab in ("lora_A", "lora_B")}
+    return {f"{p}.{ab}": getattr(m, ab)[name] for p, m in _wrappers(model, name) for ab in ("lora_A", "lora_B")}
 
 
 # ----------------------------------------------------------------------------- adapters
@@ -183,7 +181,7 @@ def add_adapter(model: nn.Module, name: str, rank: int = 64, alpha: float = 32.0
 
 def delete_adapter(model: nn.Module, name: str) -> None:
     """Remove adapter `name` (the wrappers stay; with no adapter active they return the base output)."""
-    for _, m in _check_name(model, name):
+    for _, m in _wrappers(model, name):
         m.remove(name)
 
 
@@ -250,7 +248,7 @@ def adapter_state_dict(model: nn.Module, name: str) -> dict[str, torch.Tensor]:
 
 
 def _adapter_config(model: nn.Module, name: str) -> dict:
-    wrappers = _check_name(model, name)
+    wrappers = _wrappers(model, name)
     return {**wrappers[0][1].adapters[name], "targets": sorted({path.rsplit(".", 1)[-1] for path, _ in wrappers})}
 
 
@@ -274,13 +272,12 @@ def _write(tensors: dict[str, torch.Tensor], path: str, metadata: dict[str, str]
 def save_adapter(model: nn.Module, name: str, path: str, metadata: dict | None = None) -> None:
     """Write adapter `name` as safetensors (atomically). Metadata: rank, alpha, dropout, targets (JSON) and the
     user's metadata with values as str."""
-    cfg = _adapter_config(model, name)
-    if clash := sorted(set(metadata or {}) & {"format", "rank", "alpha", "dropout", "targets"}):
+    cfg, metadata = _adapter_config(model, name), metadata or {}
+    ours = {"format": "lora-v1", "rank": str(cfg["rank"]), "alpha": repr(cfg["alpha"]), "dropout": repr(cfg["dropout"]),
+            "targets": json.dumps(cfg["targets"])}
+    if clash := sorted(set(metadata) & set(ours)):
         raise ValueError(f"metadata keys {clash} are reserved for the adapter config")
-    meta = {str(k): str(v) for k, v in (metadata or {}).items()}
-    meta.update(format="lora-v1", rank=str(cfg["rank"]), alpha=repr(cfg["alpha"]), dropout=repr(cfg["dropout"]),
-                targets=json.dumps(cfg["targets"]))
-    _write(adapter_state_dict(model, name), path, meta)
+    _write(adapter_state_dict(model, name), path, {**{str(k): str(v) for k, v in metadata.items()}, **ours})
 
 
 def read_adapter(path: str) -> tuple[dict[str, torch.Tensor], dict]:
@@ -365,7 +362,7 @@ def merge_adapter(model: nn.Module, name: str) -> int:
     """For export: W += (alpha/r) * B @ A (computed in fp32, stored in W's dtype) in every layer holding
     `name`, then replace *all* wrappers by their plain nn.Linear (other adapters are dropped). The model
     is then an ordinary HF model for save_pretrained. Returns the number of merged layers."""
-    count = len(_check_name(model, name))
+    count = len(_wrappers(model, name))
     with torch.no_grad():
         for path, m in _wrappers(model):
             if name in m.adapters:

@@ -81,11 +81,10 @@ def build_tiny(path, seed=0):
 def _hub_reachable(timeout=3.0):
     if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false"):
         return False
-    try:
+    with contextlib.suppress(OSError):  # no network, DNS or a firewall: unreachable
         socket.create_connection(("huggingface.co", 443), timeout=timeout).close()
         return True
-    except OSError:
-        return False
+    return False
 
 
 def _from_pretrained(spec, dtype, **kw):
@@ -98,9 +97,8 @@ def _load_pretrained(spec, dtype):
     with contextlib.suppress(OSError):  # not cached (or incomplete): try the hub
         return _from_pretrained(spec, dtype, local_files_only=True)
     if not _hub_reachable():
-        raise RuntimeError(
-            f"model '{spec}' is not in the local Hugging Face cache and the hub cannot be reached "
-            f"(no network?). Use --model tiny (built-in), a local folder, or a .gguf file.")
+        raise RuntimeError(f"model '{spec}' is not in the local Hugging Face cache and the hub cannot be reached "
+                           "(no network?). Use --model tiny (built-in), a local folder, or a .gguf file.")
     return _from_pretrained(spec, dtype)
 
 
@@ -119,8 +117,7 @@ def load_model(spec=TINY, device=None, dtype=None):
             import gguf  # noqa: F401  (transformers needs it to read the file)
         except ImportError:
             raise RuntimeError("loading a .gguf file needs the optional package: pip install gguf")
-        folder, name = os.path.split(os.path.abspath(spec))
-        model, tok = _from_pretrained(folder, dtype, gguf_file=name)
+        model, tok = _from_pretrained(os.path.dirname(os.path.abspath(spec)), dtype, gguf_file=os.path.basename(spec))
     elif os.path.isdir(spec):
         model, tok = _from_pretrained(spec, dtype)
     elif spec.startswith((".", "/", "~")) or not re.fullmatch(r"[\w.-]+(/[\w.-]+)?", spec):
@@ -157,12 +154,8 @@ def chat_ids(tokenizer, text):
 def stop_ids(model, tokenizer):
     """Ids that end an assistant turn: the tokenizer's and generation config's EOS, plus the chat
     end markers when the vocabulary has them."""
-    ids = {tokenizer.eos_token_id}
     gen_eos = model.generation_config.eos_token_id
-    ids.update(gen_eos if isinstance(gen_eos, list) else [gen_eos])
-    for t in ("<|im_end|>", "<|endoftext|>"):
-        i = tokenizer.convert_tokens_to_ids(t)
-        if isinstance(i, int) and i != tokenizer.unk_token_id:
-            ids.add(i)
-    ids.discard(None)
-    return sorted(ids)
+    markers = [tokenizer.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>")]
+    ids = {tokenizer.eos_token_id, *(gen_eos if isinstance(gen_eos, list) else [gen_eos])}
+    ids.update(i for i in markers if isinstance(i, int) and i != tokenizer.unk_token_id)  # absent: None or unk
+    return sorted(ids - {None})
