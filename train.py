@@ -106,9 +106,8 @@ def main(argv=None):
 def run(args):
     """main after the command line: load, set up or resume, train, save. Under torchrun every rank
     runs this; rank 0 alone prints, writes the run folder and evaluates."""
-    problems, eval_set, model, tok = load(args)
+    problems, eval_set, model, tok, adapters, optimizers = load(args)
     rank = world()[0]
-    adapters, optimizers = add_adapters(model, args)
     gen = seed_streams(torch.Generator(device=next(model.parameters()).device), args.seed)  # the sampler's
     start, consumed = resume(args, model, adapters, optimizers, gen) if args.resume else (0, 0)
     if start >= args.steps:
@@ -358,8 +357,10 @@ def held_out_accuracy(model, tok, problems, args):
 # setting a run up: model and problems, adapters, resume, config.json; the data order, the lr
 
 def load(args):
-    """The problems (training, held-out) and the model -> (problems, eval_set, model, tok), bad input in one
-    line, not a traceback; then the flags sized by the model (SIZED) and the run folder."""
+    """The problems (training, held-out), the model, the flags sized by it (SIZED), the run folder, then the
+    LoRA adapters ("shared" under SP, one per role type under IP; from --init-adapters if given) and an AdamW
+    for each -> (problems, eval_set, model, tok, adapter names, {name: optimizer}); bad input in one line,
+    not a traceback."""
     device = rank_device(args.device)  # torchrun on GPUs: this rank's own
     try:
         problems = load_problems(args.data, args.task) if args.data else builtin_problems(args.task, "train", seed=args.seed)
@@ -367,7 +368,15 @@ def load(args):
             args.task, "test", seed=args.seed))[:args.eval_problems] if args.eval_every else []
         model, tok, args.model_used = load_default_model(args.model, device)
         grpo.check_logits(model)  # log-probs as the sampler's; refuses unknown logit post-processing
-    except (OSError, ValueError, RuntimeError) as e:
+        torch.manual_seed(args.seed)  # the same on every rank: the adapters start equal
+        adapters = ["shared"] if args.policy == "sp" else list(WORKFLOWS[args.workflow].roles)
+        for name in adapters:
+            lora.add_adapter(model, name, rank=args.lora_rank, alpha=args.lora_alpha, dropout=args.lora_dropout,
+                             targets=args.lora_targets.split(",") if args.lora_targets else None)
+            if not args.resume and args.init_adapters:  # a warm start (a resume loads its checkpoint instead)
+                one = os.path.isfile(os.path.join(args.init_adapters, "adapter_config.json"))  # DIR is one PEFT folder
+                lora.load_adapter(model, name, args.init_adapters if one else os.path.join(args.init_adapters, name))
+    except (OSError, ValueError, RuntimeError) as e:  # also --lora-targets naming no layer, a missing --init-adapters
         sys.exit(f"error: {e}")
     # Join the process group only now: once one exists, transformers' save_pretrained writes on rank
     # 0 alone, which would leave the tiny model (built through save_pretrained) unwritten elsewhere.
@@ -380,29 +389,11 @@ def load(args):
     default_out = os.path.join("runs", f"{args.workflow}-{args.policy}-{args.task}-{time.strftime('%Y%m%d-%H%M%S')}")
     args.out = gather(args.out or default_out)[0]  # rank 0's: the ranks' clocks may straddle a second
     os.makedirs(args.out, exist_ok=True)
-    return problems, eval_set, model, tok
-
-
-def add_adapters(model, args):
-    """The LoRA adapters ("shared" under SP, one per role type under IP), from --init-adapters if given,
-    and an AdamW for each -> (names, {name: optimizer})."""
-    torch.manual_seed(args.seed)  # the same on every rank: the adapters start equal
-    adapters = ["shared"] if args.policy == "sp" else list(WORKFLOWS[args.workflow].roles)
-    targets = args.lora_targets.split(",") if args.lora_targets else None
-    try:
-        for name in adapters:
-            lora.add_adapter(model, name, rank=args.lora_rank, alpha=args.lora_alpha,
-                             dropout=args.lora_dropout, targets=targets)
-            if not args.resume and args.init_adapters:  # a warm start (a resume loads its checkpoint instead)
-                one = os.path.isfile(os.path.join(args.init_adapters, "adapter_config.json"))  # DIR is one PEFT folder
-                lora.load_adapter(model, name, args.init_adapters if one else os.path.join(args.init_adapters, name))
-    except (OSError, ValueError) as e:  # e.g. --lora-targets naming no layer, an --init-adapters folder missing
-        sys.exit(f"error: {e}")
     if args.policy == "ip" and (args.role_weights or args.loss_agg == "role-balanced") and world()[0] == 0:
         print("note: under IP each optimizer step holds one role's rows, so --role-weights and "
               "role-balanced do not change the update (they matter under SP)", flush=True)
-    return adapters, {name: torch.optim.AdamW(lora.adapter_parameters(model, name), lr=args.lr,
-                                              weight_decay=args.weight_decay) for name in adapters}
+    return problems, eval_set, model, tok, adapters, {name: torch.optim.AdamW(
+        lora.adapter_parameters(model, name), lr=args.lr, weight_decay=args.weight_decay) for name in adapters}
 
 
 def resume(args, model, adapters, optimizers, gen):
