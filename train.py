@@ -124,9 +124,8 @@ def run(args):
         for step in bar:
             batch = my_share(draw_problems(problems, consumed, args.problems, args.seed))  # the data position is global
             consumed += args.problems
-            for opt in optimizers.values():
-                for g in opt.param_groups:
-                    g["lr"] = args.lr * lr_factor(step, args)
+            for g in [g for opt in optimizers.values() for g in opt.param_groups]:
+                g["lr"] = args.lr * lr_factor(step, args)
             metrics, episodes = train_step(model, tok, batch, args, optimizers, gen, step + 1)
             if rank == 0:
                 if eval_set and (step + 1) % args.eval_every == 0:
@@ -155,8 +154,7 @@ def train_step(model, tok, problems, args, optimizers, gen, step):
     """Rollouts -> rewards -> advantages -> old log-probs -> updates. Returns (metrics, episodes)."""
     t0 = time.perf_counter()
     policy = policy_for(model, tok, args, gen)
-    episodes = run_workflow(args.workflow, problems, args.group, policy, args.task, args.rounds, args.voters,
-                            grade=False)
+    episodes = run_workflow(args.workflow, problems, args.group, policy, args.task, args.rounds, args.voters, grade=False)
     t_rollout = time.perf_counter()
     grade_episodes(episodes, problems, args.group)
     rows = [t for ep in episodes for t in ep.turns]  # a row per turn, in episode order
@@ -177,22 +175,21 @@ def train_step(model, tok, problems, args, optimizers, gen, step):
         by_adapter[adapter] += time.perf_counter() - start
     t3 = time.perf_counter()
     episodes, rows, adv, singletons = whole_batch(episodes, adv, singletons, stats)  # torchrun: every rank's
+    monitor, degenerate = answer_monitor(episodes, args.task)
     # reward_mean: the training reward (outcome + workflows.reward_shaping); accuracy: the 0/1 outcome alone
     metrics = {"step": step, "reward_mean": float(np.mean([ep.reward + ep.shaping for ep in episodes])),
                "accuracy": float(np.mean([ep.correct for ep in episodes])),
                "episodes": len(episodes), "rows": len(rows), "singleton_groups": singletons,
                "zero_advantage_rows": sum(a == 0 for a in adv), "optimizer_steps": len(groups),
                "skipped_steps": skipped, "grade_status": dict(Counter(ep.status for ep in episodes)),
-               "lr": next(iter(optimizers.values())).param_groups[0]["lr"], "roles": {}}
-    monitor, degenerate = answer_monitor(episodes, args.task)
-    metrics.update(monitor)
-    metrics["roles"] = {role: role_metrics([r for r in rows if r.role == role], s, degenerate.get(role))
-                        for role, s in stats.items() if any(r.role == role for r in rows)}
-    metrics["workflow"] = WORKFLOWS[args.workflow].stats(episodes, args.task)[0]
-    metrics["time"] = {"rollout": t_rollout - t0, "reward": t1 - t_rollout, "old_logprobs": t2 - t1,
-                       "update": t3 - t2, "total": t3 - t0, "ranks": world()[1],  # times are rank 0's
-                       "update_by_adapter": dict(by_adapter), "stages": getattr(policy, "stages", None),  # make_policy's
-                       "rollout_tokens_per_s": sum(len(r.completion_ids) for r in rows) / max(t_rollout - t0, 1e-9)}
+               "lr": next(iter(optimizers.values())).param_groups[0]["lr"],
+               "roles": {role: role_metrics([r for r in rows if r.role == role], s, degenerate.get(role))
+                         for role, s in stats.items() if any(r.role == role for r in rows)},
+               **monitor, "workflow": WORKFLOWS[args.workflow].stats(episodes, args.task)[0],
+               "time": {"rollout": t_rollout - t0, "reward": t1 - t_rollout, "old_logprobs": t2 - t1,
+                        "update": t3 - t2, "total": t3 - t0, "ranks": world()[1],  # times are rank 0's
+                        "update_by_adapter": dict(by_adapter), "stages": getattr(policy, "stages", None),  # make_policy's
+                        "rollout_tokens_per_s": sum(len(r.completion_ids) for r in rows) / max(t_rollout - t0, 1e-9)}}
     return metrics, episodes
 
 
@@ -313,10 +310,9 @@ def role_backward(model, rows, adv, old_lp, ref_lp, weights, kl_coef, args, s):
         s["losses"][-1] += loss.item()
         # the off-policy gap: the sampler's log-probs (another kernel path, bf16, merged adapter) vs the old ones
         sampled = torch.tensor([x for i in mb for x in rows[i].logprobs], device=lp.device)
-        s["gap_sum"] += (old - sampled).abs().sum().item()
-        s["entropy_sum"] += torch.cat(ents).sum().item()
-        s["clipped"] += clipped.sum().item()
-        s["kl_sum"] += kl.sum().item()
+        for key, x in (("gap_sum", (old - sampled).abs()), ("entropy_sum", torch.cat(ents)), ("clipped", clipped),
+                       ("kl_sum", kl)):
+            s[key] += x.sum().item()
         s["train_tokens"] += lp.numel()
     return finite
 
