@@ -109,19 +109,17 @@ def run(args):
     problems, eval_set, model, tok, adapters, optimizers = load(args)
     rank = world()[0]
     gen = seed_streams(torch.Generator(device=next(model.parameters()).device), args.seed)  # the sampler's
-    start, consumed = resume(args, model, adapters, optimizers, gen) if args.resume else (0, 0)
+    start, consumed = load_checkpoint(args, model, adapters, optimizers, gen) if args.resume else (0, 0)
     if start >= args.steps:
         if rank == 0:
-            print(f"{args.out} is already finished: step {start} of {args.steps}. "
-                  f"Pass a larger --steps to train further.")
+            print(f"{args.out} is already finished: step {start} of {args.steps}. Pass a larger --steps to train further.")
         return args.out
     broadcast_adapters(model, adapters)  # torchrun: every rank starts from rank 0's weights
     record_start(args, start, gen.device, adapters, len(problems))
     bad_in_a_row = 0
     with ctrl_c_finishes_the_step(world()[1] == 1) as stop:
-        bar = tqdm(range(start, args.steps), initial=start, total=args.steps, desc="train", dynamic_ncols=True,
-                   disable=rank != 0)
-        for step in bar:
+        for step in (bar := tqdm(range(start, args.steps), initial=start, total=args.steps, desc="train",
+                                 dynamic_ncols=True, disable=rank != 0)):
             batch = my_share(draw_problems(problems, consumed, args.problems, args.seed))  # the data position is global
             consumed += args.problems
             for g in [g for opt in optimizers.values() for g in opt.param_groups]:
@@ -194,9 +192,8 @@ def train_step(model, tok, problems, args, optimizers, gen, step):
 
 
 def policy_for(model, tok, args, gen):
-    return make_policy(model, tok, adapter_map(args.workflow, args.policy), max_new_tokens=args.max_new_tokens,
-                       temperature=args.temperature, top_p=args.top_p,
-                       max_prompt_tokens=args.max_prompt_tokens, generator=gen)
+    return make_policy(model, tok, adapter_map(args.workflow, args.policy), args.max_new_tokens, args.temperature,
+                       args.top_p, max_prompt_tokens=args.max_prompt_tokens, generator=gen)
 
 
 def update_groups(rows, instance_index, args):
@@ -309,9 +306,8 @@ def role_backward(model, rows, adv, old_lp, ref_lp, weights, kl_coef, args, s):
         loss.backward()
         s["losses"][-1] += loss.item()
         # the off-policy gap: the sampler's log-probs (another kernel path, bf16, merged adapter) vs the old ones
-        sampled = torch.tensor([x for i in mb for x in rows[i].logprobs], device=lp.device)
-        for key, x in (("gap_sum", (old - sampled).abs()), ("entropy_sum", torch.cat(ents)), ("clipped", clipped),
-                       ("kl_sum", kl)):
+        gap = (old - torch.tensor([x for i in mb for x in rows[i].logprobs], device=lp.device)).abs()
+        for key, x in (("gap_sum", gap), ("entropy_sum", torch.cat(ents)), ("clipped", clipped), ("kl_sum", kl)):
             s[key] += x.sum().item()
         s["train_tokens"] += lp.numel()
     return finite
@@ -350,7 +346,7 @@ def held_out_accuracy(model, tok, problems, args):
 
 
 # ---------------------------------------------------------------------------------------------
-# setting a run up: model and problems, adapters, resume, config.json; the data order, the lr
+# setting a run up: model and problems, adapters, config.json; the data order, the lr
 
 def load(args):
     """The problems (training, held-out), the model, the flags sized by it (SIZED), the run folder, then the
@@ -390,16 +386,6 @@ def load(args):
               "role-balanced do not change the update (they matter under SP)", flush=True)
     return problems, eval_set, model, tok, adapters, {name: torch.optim.AdamW(
         lora.adapter_parameters(model, name), lr=args.lr, weight_decay=args.weight_decay) for name in adapters}
-
-
-def resume(args, model, adapters, optimizers, gen):
-    """--resume: the last checkpoint restored -> (step, data position); one that cannot be, as a bad flag."""
-    try:
-        return load_checkpoint(args.out, model, adapters, optimizers, gen, args.seed)
-    except Exception as e:  # a truncated or foreign file (safetensors, pickle, shapes, keys)
-        print(f"error: --resume: cannot restore {os.path.join(args.out, checkpoints(args.out)[-1])} "
-              f"({type(e).__name__}: {' '.join(str(e).split()).split('. ')[0]})", file=sys.stderr)
-        sys.exit(2)
 
 
 def record_start(args, start, device, adapters, n_problems):
@@ -496,35 +482,40 @@ def save_checkpoint(args, step, model, adapters, optimizers, gen, consumed):
     os.replace(tmp, final)
 
 
-def load_checkpoint(out, model, adapters, optimizers, gen, seed=0):
-    """Restore the last checkpoint on this rank. Rank r takes the saved RNG states of rank r; a rank
-    the saved run did not have starts a fresh sampling stream seeded (seed, rank, step)."""
+def load_checkpoint(args, model, adapters, optimizers, gen):
+    """--resume: restore the last checkpoint of args.out on this rank -> (step, data position); one that
+    cannot be restored ends the run as a bad flag does (one line, exit 2). Rank r takes the saved RNG states
+    of rank r; a rank the saved run did not have starts a fresh sampling stream seeded (seed, rank, step)."""
     rank, n = world()
-    folder = os.path.join(out, checkpoints(out)[-1])
-    for name in adapters:
-        lora.load_adapter(model, name, os.path.join(folder, f"{name}.safetensors"))
-    state = torch.load(os.path.join(folder, "state.pt"), weights_only=False)
-    for k, o in optimizers.items():
-        o.load_state_dict(state["optimizers"][k])
-    saved = [state["rng"], *state.get("rng_ranks", [])]
-    if rank < len(saved):
-        torch.set_rng_state(saved[rank]["torch"])
-        gen.set_state(saved[rank]["sampler"])
-        cuda = saved[rank]["cuda"]
-        if cuda is not None and torch.cuda.is_available():  # a list: saved by an older train.py (all GPUs)
-            torch.cuda.set_rng_state_all(cuda) if isinstance(cuda, list) else torch.cuda.set_rng_state(cuda)
-    else:  # a rank the saved run did not have
-        seed_streams(gen, seed, state["step"])
-    # rank 0: metrics and samples logged after the checkpoint (steps it did not save) are dropped: redone.
-    # An entry is a line of metrics.jsonl, or a block of samples.txt starting with "=== step N ".
-    for name, entry_start, step_of in (("metrics.jsonl", r"(?m)^", lambda e: json.loads(e)["step"]),
-                                       ("samples.txt", r"(?m)^(?==== step \d+ )", lambda e: int(e.split()[2]))):
-        path = os.path.join(out, name)
-        if rank == 0 and os.path.exists(path):
-            with open(path) as f:
-                entries = re.split(entry_start, f.read())
-            with open(path, "w") as f:
-                f.writelines(e for e in entries if e.strip() and step_of(e) <= state["step"])
+    folder = os.path.join(args.out, checkpoints(args.out)[-1])
+    try:
+        for name in adapters:
+            lora.load_adapter(model, name, os.path.join(folder, f"{name}.safetensors"))
+        state = torch.load(os.path.join(folder, "state.pt"), weights_only=False)
+        for k, o in optimizers.items():
+            o.load_state_dict(state["optimizers"][k])
+        saved = [state["rng"], *state.get("rng_ranks", [])]
+        if rank < len(saved):
+            torch.set_rng_state(saved[rank]["torch"])
+            gen.set_state(saved[rank]["sampler"])
+            cuda = saved[rank]["cuda"]
+            if cuda is not None and torch.cuda.is_available():  # a list: saved by an older train.py (all GPUs)
+                torch.cuda.set_rng_state_all(cuda) if isinstance(cuda, list) else torch.cuda.set_rng_state(cuda)
+        else:  # a rank the saved run did not have
+            seed_streams(gen, args.seed, state["step"])
+        # rank 0: metrics and samples logged after the checkpoint (steps it did not save) are dropped: redone.
+        # An entry is a line of metrics.jsonl, or a block of samples.txt starting with "=== step N ".
+        for name, entry_start, step_of in (("metrics.jsonl", r"(?m)^", lambda e: json.loads(e)["step"]),
+                                           ("samples.txt", r"(?m)^(?==== step \d+ )", lambda e: int(e.split()[2]))):
+            if rank == 0 and os.path.exists(path := os.path.join(args.out, name)):
+                with open(path) as f:
+                    entries = re.split(entry_start, f.read())
+                with open(path, "w") as f:
+                    f.writelines(e for e in entries if e.strip() and step_of(e) <= state["step"])
+    except Exception as e:  # a truncated or foreign file (safetensors, pickle, shapes, keys)
+        print(f"error: --resume: cannot restore {folder} ({type(e).__name__}: {' '.join(str(e).split()).split('. ')[0]})",
+              file=sys.stderr)
+        sys.exit(2)
     streams = "RNG states" if n == len(saved) else f"RNG states (saved on {len(saved)} rank(s), now " \
         f"{n}" + (f": ranks {len(saved)}+ start fresh streams)" if n > len(saved) else ")")
     if rank == 0:
@@ -745,8 +736,7 @@ def seed_streams(gen, seed, step=0):
     """Seeds this rank's random streams from rank_seed(seed, rank, step): the sampler's generator `gen`
     (returned), and on ranks other than 0 torch's global one too (LoRA dropout), so that rank 0 keeps a
     plain run's streams. At the start, and on resume for a rank the saved run did not have."""
-    rank = world()[0]
-    if rank:
+    if rank := world()[0]:
         torch.manual_seed(rank_seed(seed, rank, step))
     return gen.manual_seed(rank_seed(seed, rank, step))
 
