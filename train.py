@@ -192,8 +192,9 @@ def train_step(model, tok, problems, args, optimizers, gen, step):
 
 
 def policy_for(model, tok, args, gen):
-    return make_policy(model, tok, adapter_map(args.workflow, args.policy), args.max_new_tokens, args.temperature,
-                       args.top_p, max_prompt_tokens=args.max_prompt_tokens, generator=gen)
+    return make_policy(model, tok, adapter_map(args.workflow, args.policy), max_new_tokens=args.max_new_tokens,
+                       temperature=args.temperature, top_p=args.top_p,
+                       max_prompt_tokens=args.max_prompt_tokens, generator=gen)
 
 
 def update_groups(rows, instance_index, args):
@@ -498,8 +499,8 @@ def load_checkpoint(args, model, adapters, optimizers, gen):
         if rank < len(saved):
             torch.set_rng_state(saved[rank]["torch"])
             gen.set_state(saved[rank]["sampler"])
-            cuda = saved[rank]["cuda"]
-            if cuda is not None and torch.cuda.is_available():  # a list: saved by an older train.py (all GPUs)
+            # the CUDA state is a list when saved by an older train.py (all GPUs)
+            if (cuda := saved[rank]["cuda"]) is not None and torch.cuda.is_available():
                 torch.cuda.set_rng_state_all(cuda) if isinstance(cuda, list) else torch.cuda.set_rng_state(cuda)
         else:  # a rank the saved run did not have
             seed_streams(gen, args.seed, state["step"])
