@@ -162,8 +162,7 @@ def compare_table(runs):
     lines = [f"{'run':<28}{'workflow':<12}{'policy':<12}{'task':<6}{'model':<18}{'P x n':>9}{'base':>8}"
              f"{'peak (step)':>17}{'final (step)':>17}{'gain':>8}"]
     for run in runs:
-        records = read_jsonl(os.path.join(run, "eval.jsonl"))
-        if not records:
+        if not (records := read_jsonl(os.path.join(run, "eval.jsonl"))):
             raise FileNotFoundError(f"{run} has no eval.jsonl; first run: python eval.py --run {run}"
                                     if os.path.isdir(run) else f"no such run directory: {run}")
         groups = {}
@@ -182,18 +181,16 @@ def plot_run(run, records):
     """training.png (reward; per-role entropy, weight share, grad norm from metrics.jsonl) and eval.png
     (pass@1 per checkpoint) in the run directory -> their paths."""
     try:
-        import matplotlib
-        matplotlib.use("Agg")  # files only, no display needed
-        import matplotlib.pyplot as plt
+        from matplotlib.figure import Figure  # not pyplot: files only, no display, no global figure state
     except ImportError as e:
         print(f"plots skipped: matplotlib is not available ({e}); pip install matplotlib to get them")
         return []
-    figs, metrics = {}, read_jsonl(os.path.join(run, "metrics.jsonl"))
+    figs, metrics = {}, read_jsonl(os.path.join(run, "metrics.jsonl"))  # figs: path -> Figure
     if metrics:
-        figs["training.png"], axes = plt.subplots(2, 2, figsize=(11, 7))
+        fig = figs[os.path.join(run, "training.png")] = Figure(figsize=(11, 7), layout="tight")
+        axes = fig.subplots(2, 2)
         axes[0, 0].plot([m["step"] for m in metrics], [m["reward_mean"] for m in metrics], label="train reward")
-        held = [(m["step"], m["eval_accuracy"]) for m in metrics if "eval_accuracy" in m]  # train.py --eval-every
-        if held:
+        if held := [(m["step"], m["eval_accuracy"]) for m in metrics if "eval_accuracy" in m]:  # train.py --eval-every
             axes[0, 0].plot(*zip(*held), "o--", label="held-out accuracy")
         for ax, key in zip(axes.flat, ("reward", "entropy", "weight_share", "grad_norm")):
             for role in dict.fromkeys(r for m in metrics for r in m["roles"]) if key != "reward" else []:
@@ -201,21 +198,18 @@ def plot_run(run, records):
             ax.set(title=key.replace("_", " ") + (" per role" if key != "reward" else ""), xlabel="step")
             ax.legend(fontsize=8)
     if records:
-        figs["eval.png"], ax = plt.subplots(figsize=(6, 4))
+        fig = figs[os.path.join(run, "eval.png")] = Figure(figsize=(6, 4), layout="tight")
+        ax = fig.subplots()
         ax.errorbar([r["step"] for r in records], [r["pass@1"] for r in records],
                     yerr=[r["pass@1_se"] for r in records], marker="o", capsize=3, label="pass@1 ± se")
-        greedy = [(r["step"], r["greedy"]) for r in records if r["greedy"] is not None]
-        if greedy:
+        if greedy := [(r["step"], r["greedy"]) for r in records if r["greedy"] is not None]:
             ax.plot(*zip(*greedy), "s--", label="greedy")
         ax.set(xlabel="step", ylabel="accuracy", title=f"{records[0]['workflow']} / {records[0]['policy']}")
         ax.legend()
-    paths = [os.path.join(run, name) for name in figs]
-    for fig, path in zip(figs.values(), paths):
-        fig.tight_layout()
+    for path, fig in figs.items():
         fig.savefig(path, dpi=100)
-        plt.close(fig)
-    print("plots: " + (", ".join(paths) or "nothing to plot"))
-    return paths
+    print("plots: " + (", ".join(figs) or "nothing to plot"))
+    return list(figs)
 
 
 def read_jsonl(path):
@@ -290,8 +284,7 @@ def main_run(args):
                                 else f"no such run directory: {run}")
     with open(os.path.join(run, "config.json")) as f:
         config = json.load(f)
-    steps = [(int(c[5:]), c) for c in checkpoints(run)]
-    if not steps:
+    if not (steps := [(int(c[5:]), c) for c in checkpoints(run)]):
         raise ValueError(f"{run} has no checkpoints (step_* folders): nothing to evaluate")
     steps = [(0, None)] + [s for s in steps if s[0] % args.every == 0 or s == steps[-1]]
     if args.workflow not in (None, config["workflow"]) and not args.transfer:

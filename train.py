@@ -106,28 +106,24 @@ def main(argv=None):
 def run(args):
     """main after the command line: load, set up or resume, train, save. Under torchrun every rank
     runs this; rank 0 alone prints, writes the run folder and evaluates."""
-    problems, eval_set, model, tok = load(args)
+    problems, eval_set, model, tok, adapters, optimizers = load(args)
     rank = world()[0]
-    adapters, optimizers = add_adapters(model, args)
     gen = seed_streams(torch.Generator(device=next(model.parameters()).device), args.seed)  # the sampler's
-    start, consumed = resume(args, model, adapters, optimizers, gen) if args.resume else (0, 0)
+    start, consumed = load_checkpoint(args, model, adapters, optimizers, gen) if args.resume else (0, 0)
     if start >= args.steps:
         if rank == 0:
-            print(f"{args.out} is already finished: step {start} of {args.steps}. "
-                  f"Pass a larger --steps to train further.")
+            print(f"{args.out} is already finished: step {start} of {args.steps}. Pass a larger --steps to train further.")
         return args.out
     broadcast_adapters(model, adapters)  # torchrun: every rank starts from rank 0's weights
     record_start(args, start, gen.device, adapters, len(problems))
     bad_in_a_row = 0
     with ctrl_c_finishes_the_step(world()[1] == 1) as stop:
-        bar = tqdm(range(start, args.steps), initial=start, total=args.steps, desc="train", dynamic_ncols=True,
-                   disable=rank != 0)
-        for step in bar:
+        for step in (bar := tqdm(range(start, args.steps), initial=start, total=args.steps, desc="train",
+                                 dynamic_ncols=True, disable=rank != 0)):
             batch = my_share(draw_problems(problems, consumed, args.problems, args.seed))  # the data position is global
             consumed += args.problems
-            for opt in optimizers.values():
-                for g in opt.param_groups:
-                    g["lr"] = args.lr * lr_factor(step, args)
+            for g in [g for opt in optimizers.values() for g in opt.param_groups]:
+                g["lr"] = args.lr * lr_factor(step, args)
             metrics, episodes = train_step(model, tok, batch, args, optimizers, gen, step + 1)
             if rank == 0:
                 if eval_set and (step + 1) % args.eval_every == 0:
@@ -156,8 +152,7 @@ def train_step(model, tok, problems, args, optimizers, gen, step):
     """Rollouts -> rewards -> advantages -> old log-probs -> updates. Returns (metrics, episodes)."""
     t0 = time.perf_counter()
     policy = policy_for(model, tok, args, gen)
-    episodes = run_workflow(args.workflow, problems, args.group, policy, args.task, args.rounds, args.voters,
-                            grade=False)
+    episodes = run_workflow(args.workflow, problems, args.group, policy, args.task, args.rounds, args.voters, grade=False)
     t_rollout = time.perf_counter()
     grade_episodes(episodes, problems, args.group)
     rows = [t for ep in episodes for t in ep.turns]  # a row per turn, in episode order
@@ -178,22 +173,21 @@ def train_step(model, tok, problems, args, optimizers, gen, step):
         by_adapter[adapter] += time.perf_counter() - start
     t3 = time.perf_counter()
     episodes, rows, adv, singletons = whole_batch(episodes, adv, singletons, stats)  # torchrun: every rank's
+    monitor, degenerate = answer_monitor(episodes, args.task)
     # reward_mean: the training reward (outcome + workflows.reward_shaping); accuracy: the 0/1 outcome alone
     metrics = {"step": step, "reward_mean": float(np.mean([ep.reward + ep.shaping for ep in episodes])),
                "accuracy": float(np.mean([ep.correct for ep in episodes])),
                "episodes": len(episodes), "rows": len(rows), "singleton_groups": singletons,
                "zero_advantage_rows": sum(a == 0 for a in adv), "optimizer_steps": len(groups),
                "skipped_steps": skipped, "grade_status": dict(Counter(ep.status for ep in episodes)),
-               "lr": next(iter(optimizers.values())).param_groups[0]["lr"], "roles": {}}
-    monitor, degenerate = answer_monitor(episodes, args.task)
-    metrics.update(monitor)
-    metrics["roles"] = {role: role_metrics([r for r in rows if r.role == role], s, degenerate.get(role))
-                        for role, s in stats.items() if any(r.role == role for r in rows)}
-    metrics["workflow"] = WORKFLOWS[args.workflow].stats(episodes, args.task)[0]
-    metrics["time"] = {"rollout": t_rollout - t0, "reward": t1 - t_rollout, "old_logprobs": t2 - t1,
-                       "update": t3 - t2, "total": t3 - t0, "ranks": world()[1],  # times are rank 0's
-                       "update_by_adapter": dict(by_adapter), "stages": getattr(policy, "stages", None),  # make_policy's
-                       "rollout_tokens_per_s": sum(len(r.completion_ids) for r in rows) / max(t_rollout - t0, 1e-9)}
+               "lr": next(iter(optimizers.values())).param_groups[0]["lr"],
+               "roles": {role: role_metrics([r for r in rows if r.role == role], s, degenerate.get(role))
+                         for role, s in stats.items() if any(r.role == role for r in rows)},
+               **monitor, "workflow": WORKFLOWS[args.workflow].stats(episodes, args.task)[0],
+               "time": {"rollout": t_rollout - t0, "reward": t1 - t_rollout, "old_logprobs": t2 - t1,
+                        "update": t3 - t2, "total": t3 - t0, "ranks": world()[1],  # times are rank 0's
+                        "update_by_adapter": dict(by_adapter), "stages": getattr(policy, "stages", None),  # make_policy's
+                        "rollout_tokens_per_s": sum(len(r.completion_ids) for r in rows) / max(t_rollout - t0, 1e-9)}}
     return metrics, episodes
 
 
@@ -313,11 +307,9 @@ def role_backward(model, rows, adv, old_lp, ref_lp, weights, kl_coef, args, s):
         loss.backward()
         s["losses"][-1] += loss.item()
         # the off-policy gap: the sampler's log-probs (another kernel path, bf16, merged adapter) vs the old ones
-        sampled = torch.tensor([x for i in mb for x in rows[i].logprobs], device=lp.device)
-        s["gap_sum"] += (old - sampled).abs().sum().item()
-        s["entropy_sum"] += torch.cat(ents).sum().item()
-        s["clipped"] += clipped.sum().item()
-        s["kl_sum"] += kl.sum().item()
+        gap = (old - torch.tensor([x for i in mb for x in rows[i].logprobs], device=lp.device)).abs()
+        for key, x in (("gap_sum", gap), ("entropy_sum", torch.cat(ents)), ("clipped", clipped), ("kl_sum", kl)):
+            s[key] += x.sum().item()
         s["train_tokens"] += lp.numel()
     return finite
 
@@ -355,11 +347,13 @@ def held_out_accuracy(model, tok, problems, args):
 
 
 # ---------------------------------------------------------------------------------------------
-# setting a run up: model and problems, adapters, resume, config.json; the data order, the lr
+# setting a run up: model and problems, adapters, config.json; the data order, the lr
 
 def load(args):
-    """The problems (training, held-out) and the model -> (problems, eval_set, model, tok), bad input in one
-    line, not a traceback; then the flags sized by the model (SIZED) and the run folder."""
+    """The problems (training, held-out), the model, the flags sized by it (SIZED), the run folder, then the
+    LoRA adapters ("shared" under SP, one per role type under IP; from --init-adapters if given) and an AdamW
+    for each -> (problems, eval_set, model, tok, adapter names, {name: optimizer}); bad input in one line,
+    not a traceback."""
     device = rank_device(args.device)  # torchrun on GPUs: this rank's own
     try:
         problems = load_problems(args.data, args.task) if args.data else builtin_problems(args.task, "train", seed=args.seed)
@@ -367,7 +361,15 @@ def load(args):
             args.task, "test", seed=args.seed))[:args.eval_problems] if args.eval_every else []
         model, tok, args.model_used = load_default_model(args.model, device)
         grpo.check_logits(model)  # log-probs as the sampler's; refuses unknown logit post-processing
-    except (OSError, ValueError, RuntimeError) as e:
+        torch.manual_seed(args.seed)  # the same on every rank: the adapters start equal
+        adapters = ["shared"] if args.policy == "sp" else list(WORKFLOWS[args.workflow].roles)
+        for name in adapters:
+            lora.add_adapter(model, name, rank=args.lora_rank, alpha=args.lora_alpha, dropout=args.lora_dropout,
+                             targets=args.lora_targets.split(",") if args.lora_targets else None)
+            if not args.resume and args.init_adapters:  # a warm start (a resume loads its checkpoint instead)
+                one = os.path.isfile(os.path.join(args.init_adapters, "adapter_config.json"))  # DIR is one PEFT folder
+                lora.load_adapter(model, name, args.init_adapters if one else os.path.join(args.init_adapters, name))
+    except (OSError, ValueError, RuntimeError) as e:  # also --lora-targets naming no layer, a missing --init-adapters
         sys.exit(f"error: {e}")
     # Join the process group only now: once one exists, transformers' save_pretrained writes on rank
     # 0 alone, which would leave the tiny model (built through save_pretrained) unwritten elsewhere.
@@ -380,39 +382,11 @@ def load(args):
     default_out = os.path.join("runs", f"{args.workflow}-{args.policy}-{args.task}-{time.strftime('%Y%m%d-%H%M%S')}")
     args.out = gather(args.out or default_out)[0]  # rank 0's: the ranks' clocks may straddle a second
     os.makedirs(args.out, exist_ok=True)
-    return problems, eval_set, model, tok
-
-
-def add_adapters(model, args):
-    """The LoRA adapters ("shared" under SP, one per role type under IP), from --init-adapters if given,
-    and an AdamW for each -> (names, {name: optimizer})."""
-    torch.manual_seed(args.seed)  # the same on every rank: the adapters start equal
-    adapters = ["shared"] if args.policy == "sp" else list(WORKFLOWS[args.workflow].roles)
-    targets = args.lora_targets.split(",") if args.lora_targets else None
-    try:
-        for name in adapters:
-            lora.add_adapter(model, name, rank=args.lora_rank, alpha=args.lora_alpha,
-                             dropout=args.lora_dropout, targets=targets)
-            if not args.resume and args.init_adapters:  # a warm start (a resume loads its checkpoint instead)
-                one = os.path.isfile(os.path.join(args.init_adapters, "adapter_config.json"))  # DIR is one PEFT folder
-                lora.load_adapter(model, name, args.init_adapters if one else os.path.join(args.init_adapters, name))
-    except (OSError, ValueError) as e:  # e.g. --lora-targets naming no layer, an --init-adapters folder missing
-        sys.exit(f"error: {e}")
     if args.policy == "ip" and (args.role_weights or args.loss_agg == "role-balanced") and world()[0] == 0:
         print("note: under IP each optimizer step holds one role's rows, so --role-weights and "
               "role-balanced do not change the update (they matter under SP)", flush=True)
-    return adapters, {name: torch.optim.AdamW(lora.adapter_parameters(model, name), lr=args.lr,
-                                              weight_decay=args.weight_decay) for name in adapters}
-
-
-def resume(args, model, adapters, optimizers, gen):
-    """--resume: the last checkpoint restored -> (step, data position); one that cannot be, as a bad flag."""
-    try:
-        return load_checkpoint(args.out, model, adapters, optimizers, gen, args.seed)
-    except Exception as e:  # a truncated or foreign file (safetensors, pickle, shapes, keys)
-        print(f"error: --resume: cannot restore {os.path.join(args.out, checkpoints(args.out)[-1])} "
-              f"({type(e).__name__}: {' '.join(str(e).split()).split('. ')[0]})", file=sys.stderr)
-        sys.exit(2)
+    return problems, eval_set, model, tok, adapters, {name: torch.optim.AdamW(
+        lora.adapter_parameters(model, name), lr=args.lr, weight_decay=args.weight_decay) for name in adapters}
 
 
 def record_start(args, start, device, adapters, n_problems):
@@ -509,35 +483,40 @@ def save_checkpoint(args, step, model, adapters, optimizers, gen, consumed):
     os.replace(tmp, final)
 
 
-def load_checkpoint(out, model, adapters, optimizers, gen, seed=0):
-    """Restore the last checkpoint on this rank. Rank r takes the saved RNG states of rank r; a rank
-    the saved run did not have starts a fresh sampling stream seeded (seed, rank, step)."""
+def load_checkpoint(args, model, adapters, optimizers, gen):
+    """--resume: restore the last checkpoint of args.out on this rank -> (step, data position); one that
+    cannot be restored ends the run as a bad flag does (one line, exit 2). Rank r takes the saved RNG states
+    of rank r; a rank the saved run did not have starts a fresh sampling stream seeded (seed, rank, step)."""
     rank, n = world()
-    folder = os.path.join(out, checkpoints(out)[-1])
-    for name in adapters:
-        lora.load_adapter(model, name, os.path.join(folder, f"{name}.safetensors"))
-    state = torch.load(os.path.join(folder, "state.pt"), weights_only=False)
-    for k, o in optimizers.items():
-        o.load_state_dict(state["optimizers"][k])
-    saved = [state["rng"], *state.get("rng_ranks", [])]
-    if rank < len(saved):
-        torch.set_rng_state(saved[rank]["torch"])
-        gen.set_state(saved[rank]["sampler"])
-        cuda = saved[rank]["cuda"]
-        if cuda is not None and torch.cuda.is_available():  # a list: saved by an older train.py (all GPUs)
-            torch.cuda.set_rng_state_all(cuda) if isinstance(cuda, list) else torch.cuda.set_rng_state(cuda)
-    else:  # a rank the saved run did not have
-        seed_streams(gen, seed, state["step"])
-    # rank 0: metrics and samples logged after the checkpoint (steps it did not save) are dropped: redone.
-    # An entry is a line of metrics.jsonl, or a block of samples.txt starting with "=== step N ".
-    for name, entry_start, step_of in (("metrics.jsonl", r"(?m)^", lambda e: json.loads(e)["step"]),
-                                       ("samples.txt", r"(?m)^(?==== step \d+ )", lambda e: int(e.split()[2]))):
-        path = os.path.join(out, name)
-        if rank == 0 and os.path.exists(path):
-            with open(path) as f:
-                entries = re.split(entry_start, f.read())
-            with open(path, "w") as f:
-                f.writelines(e for e in entries if e.strip() and step_of(e) <= state["step"])
+    folder = os.path.join(args.out, checkpoints(args.out)[-1])
+    try:
+        for name in adapters:
+            lora.load_adapter(model, name, os.path.join(folder, f"{name}.safetensors"))
+        state = torch.load(os.path.join(folder, "state.pt"), weights_only=False)
+        for k, o in optimizers.items():
+            o.load_state_dict(state["optimizers"][k])
+        saved = [state["rng"], *state.get("rng_ranks", [])]
+        if rank < len(saved):
+            torch.set_rng_state(saved[rank]["torch"])
+            gen.set_state(saved[rank]["sampler"])
+            # the CUDA state is a list when saved by an older train.py (all GPUs)
+            if (cuda := saved[rank]["cuda"]) is not None and torch.cuda.is_available():
+                torch.cuda.set_rng_state_all(cuda) if isinstance(cuda, list) else torch.cuda.set_rng_state(cuda)
+        else:  # a rank the saved run did not have
+            seed_streams(gen, args.seed, state["step"])
+        # rank 0: metrics and samples logged after the checkpoint (steps it did not save) are dropped: redone.
+        # An entry is a line of metrics.jsonl, or a block of samples.txt starting with "=== step N ".
+        for name, entry_start, step_of in (("metrics.jsonl", r"(?m)^", lambda e: json.loads(e)["step"]),
+                                           ("samples.txt", r"(?m)^(?==== step \d+ )", lambda e: int(e.split()[2]))):
+            if rank == 0 and os.path.exists(path := os.path.join(args.out, name)):
+                with open(path) as f:
+                    entries = re.split(entry_start, f.read())
+                with open(path, "w") as f:
+                    f.writelines(e for e in entries if e.strip() and step_of(e) <= state["step"])
+    except Exception as e:  # a truncated or foreign file (safetensors, pickle, shapes, keys)
+        print(f"error: --resume: cannot restore {folder} ({type(e).__name__}: {' '.join(str(e).split()).split('. ')[0]})",
+              file=sys.stderr)
+        sys.exit(2)
     streams = "RNG states" if n == len(saved) else f"RNG states (saved on {len(saved)} rank(s), now " \
         f"{n}" + (f": ranks {len(saved)}+ start fresh streams)" if n > len(saved) else ")")
     if rank == 0:
@@ -758,8 +737,7 @@ def seed_streams(gen, seed, step=0):
     """Seeds this rank's random streams from rank_seed(seed, rank, step): the sampler's generator `gen`
     (returned), and on ranks other than 0 torch's global one too (LoRA dropout), so that rank 0 keeps a
     plain run's streams. At the start, and on resume for a rank the saved run did not have."""
-    rank = world()[0]
-    if rank:
+    if rank := world()[0]:
         torch.manual_seed(rank_seed(seed, rank, step))
     return gen.manual_seed(rank_seed(seed, rank, step))
 

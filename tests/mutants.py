@@ -135,7 +135,7 @@ MUTANTS = [
      "layer.train(layer.base.training)", "layer.train(True)", LORA),
     ("peft-keys-without-prefix", "lora.py", "export_peft", 'PEFT_PREFIX + k + ".weight"', 'k + ".weight"', LORA),
     ("peft-rslora-accepted", "lora.py", "read_adapter", ' or c.get("use_rslora")', "", LORA),
-    ("init-adapters-ignored", "train.py", "add_adapters", "if not args.resume and args.init_adapters:", "if False:",
+    ("init-adapters-ignored", "train.py", "load", "if not args.resume and args.init_adapters:", "if False:",
      ids("test_lora.py", "test_init_adapters_start_a_run_from_peft_folders")),
     # sampler.py
     ("top-k-drops-kth-token", "sampler.py", "pick", "scaled < kth", "scaled <= kth", SAMPLER),
