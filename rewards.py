@@ -614,10 +614,8 @@ def run_python(code: str, tests: str = "", *, setup: str = "", entry_point: str 
         with contextlib.suppress(ProcessLookupError):  # before reaping the leader, so the group id cannot be reused
             os.killpg(proc.pid, signal.SIGKILL)
         rc = proc.wait()
-        os.set_blocking(rfd, False)
-        proof = b""
-        with contextlib.suppress(BlockingIOError):
-            proof = os.read(rfd, 64)
+        # the nonce if written; without waiting (a leftover of the group could still hold the pipe open)
+        proof = os.read(rfd, 64) if select.select([rfd], [], [], 0)[0] else b""
         files[1].seek(0)
         out = files[1].read(cap).decode("utf-8", "replace")
         files[2].seek(max(0, files[2].seek(0, 2) - 2000))

@@ -51,12 +51,11 @@ def left_pad(prompts, pad_id, device):
     row's first real token so a padded row sees the same positions as it would alone."""
     L = max(len(p) for p in prompts)
     ids = torch.full((len(prompts), L), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(prompts), L), dtype=torch.long)
     for i, p in enumerate(prompts):
         if len(p) == 0:
             raise ValueError("empty prompt: every prompt needs at least one token")
         ids[i, L - len(p):] = torch.tensor(p)
-        mask[i, L - len(p):] = 1
+    mask = (torch.arange(L) >= L - torch.tensor([len(p) for p in prompts])[:, None]).long()
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     return ids.to(device), mask.to(device), positions.to(device)
 
@@ -108,16 +107,14 @@ def sample(model, prompts, n=1, max_new_tokens=256, temperature=1.0, top_p=1.0, 
     logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=1, **kw).logits[:, -1]
     positions = positions[:, -1:]
     active = torch.arange(len(rows), device=device)  # original row index of each batch row
-    out_tokens, out_logprobs = [[] for _ in rows], [[] for _ in rows]
+    out_tok, out_lp = torch.full((len(rows), max_new_tokens), pad_id), torch.zeros(len(rows), max_new_tokens)
     for step in range(max_new_tokens):
         logits = logits.float()
         if step < min_new_tokens:
             logits[:, stops] = float("-inf")
         tokens, logprobs = pick(logits, temperature, top_k, top_p, generator)
         stopped = torch.isin(tokens, stops)
-        for r, t, lp in zip(active.tolist(), tokens.tolist(), logprobs.tolist()):
-            out_tokens[r].append(t)
-            out_logprobs[r].append(lp)
+        out_tok[active.cpu(), step], out_lp[active.cpu(), step] = tokens.cpu(), logprobs.float().cpu()
         if step == max_new_tokens - 1:
             break
         if stopped.any():  # compact: finished rows leave the batch and the cache
@@ -129,7 +126,7 @@ def sample(model, prompts, n=1, max_new_tokens=256, temperature=1.0, top_p=1.0, 
         mask = torch.cat([mask, mask.new_ones(len(active), 1)], dim=1)
         positions = positions + 1
         logits = model(input_ids=tokens[:, None], attention_mask=mask, position_ids=positions, **kw).logits[:, -1]
-    return _completions(out_tokens, out_logprobs, stops, n)
+    return _completions(out_tok.tolist(), out_lp.tolist(), stops, n)  # a row's draws after its stop are dropped
 
 
 def _completions(tokens, logprobs, stops, n):

@@ -138,16 +138,6 @@ def parse_strategies(text, max_strategies=3):
 # ----------------------------------------------------------------------------- records
 
 @dataclass
-class Call:
-    """What a policy returns for one text: one sampled chat completion."""
-    prompt_ids: list[int]        # chat-rendered user message + generation prompt
-    completion_ids: list[int]    # sampled ids, the stop id included when finish == "stop"
-    logprobs: list[float]        # sampling log-prob of each completion id
-    finish: str                  # "stop" or "length"
-    text: str                    # completion decoded, special tokens skipped
-
-
-@dataclass
 class Turn:
     role: str                    # role type = the adapter it trains under IP
     instance: str                # GRPO group name within a problem (generator0, worker, ...)
@@ -207,7 +197,7 @@ def adapter_map(workflow, mode):
 
 def make_policy(model, tokenizer, adapters, max_new_tokens=512, temperature=0.7, top_p=1.0, top_k=0,
                 max_prompt_tokens=4096, generator=None):
-    """policy(role, texts) -> [Call | None]: each text as one chat user message, all of them sampled
+    """policy(role, texts) -> [Turn | None]: each text as one chat user message, all of them sampled
     in one batched call (n=1) under adapter `adapters[role]`; None for a text whose rendered prompt
     is longer than max_prompt_tokens (not sampled). max_new_tokens: per call (the reference used
     5120 math / 2048 code; far less at our scale); max_prompt_tokens: holds an Eval-Opt history of
@@ -230,7 +220,7 @@ def make_policy(model, tokenizer, adapters, max_new_tokens=512, temperature=0.7,
                           pad_id=tokenizer.pad_token_id, generator=generator)
         out = [None] * len(texts)
         for i, c in zip(keep, done):
-            out[i] = Call(prompts[i], c.tokens, c.logprobs, c.finish,
+            out[i] = Turn(role, role, prompts[i], c.tokens, c.logprobs, c.finish,
                           tokenizer.decode(c.tokens, skip_special_tokens=True))
         policy.stages.append([role, len(done), sum(len(c.tokens) for c in done), time.perf_counter() - start])
         return out
@@ -245,12 +235,13 @@ def _stage(policy, role, episodes, jobs):
     if not jobs:
         return []
     out = []
-    for (i, instance, _), c in zip(jobs, policy(role, [text for _, _, text in jobs])):
-        if c is None:
+    for (i, instance, _), t in zip(jobs, policy(role, [text for _, _, text in jobs])):
+        if t is None:
             episodes[i].facts["prompt_too_long"] = True
         else:
-            episodes[i].turns.append(Turn(role, instance, **vars(c)))  # Call's fields, by name
-            out.append((i, episodes[i].turns[-1]))
+            t.instance = instance  # the policy knows the role; the stage names the instance (the GRPO group)
+            episodes[i].turns.append(t)
+            out.append((i, t))
     return out
 
 

@@ -64,7 +64,7 @@ FIRST = train.draw_problems(data.builtin_problems("math", "train", seed=0), 0, 3
 
 
 def scripted_make_policy(model, tokenizer, adapters, **kw):
-    """Stands in for workflows.make_policy: deterministic Calls, real chat prompts."""
+    """Stands in for workflows.make_policy: deterministic Turns, real chat prompts."""
     seen = {}
 
     def policy(role, texts):
@@ -77,7 +77,7 @@ def scripted_make_policy(model, tokenizer, adapters, **kw):
                      "aggregator": rf"\boxed{{{rng.integers(1, 4)}}}",
                      "orchestrator": "\n".join(f"STRATEGY {k}: way {k}" for k in range(1, 4 if FIRST in text else 2)),
                      }.get(role, "x" * int(rng.integers(1, 9)))
-            calls.append(workflows.Call(models.chat_ids(tokenizer, text), ids, [0.0] * len(ids), "stop", reply))
+            calls.append(workflows.Turn(role, role, models.chat_ids(tokenizer, text), ids, [0.0] * len(ids), "stop", reply))
         return calls
     return policy
 

@@ -635,7 +635,7 @@ def scripted_policy(reply):
     def make(model, tok, adapters, **kw):
         def policy(role, texts):
             ids = tok.encode(reply(role), add_special_tokens=False)
-            return [workflows.Call(chat_ids(tok, t), ids, [0.0] * len(ids), "stop", reply(role)) for t in texts]
+            return [workflows.Turn(role, role, chat_ids(tok, t), ids, [0.0] * len(ids), "stop", reply(role)) for t in texts]
         return policy
     return make
 
@@ -684,7 +684,7 @@ def test_logprob_gap_is_sampler_minus_trainer(tmp_path, monkeypatch, shift):
 
     def shifted(*a, **k):
         policy = workflows.make_policy(*a, **k)
-        return lambda role, texts: [c and workflows.Call(c.prompt_ids, c.completion_ids,
+        return lambda role, texts: [c and workflows.Turn(role, role, c.prompt_ids, c.completion_ids,
                                                          [x + shift for x in c.logprobs], c.finish, c.text)
                                     for c in policy(role, texts)]
     monkeypatch.setattr(train, "make_policy", shifted)
@@ -772,7 +772,7 @@ def scripted(reply):
         out = []
         for k, text in enumerate(texts):
             r = reply(role, text, k)
-            out.append(workflows.Call([1, 2, 3], [5 + (ord(ch) % 50) for ch in r], [-0.5] * len(r), "stop", r))
+            out.append(workflows.Turn(role, role, [1, 2, 3], [5 + (ord(ch) % 50) for ch in r], [-0.5] * len(r), "stop", r))
         return out
     return policy
 

@@ -10,7 +10,7 @@ import torch
 import lora
 import workflows
 from models import chat_ids
-from workflows import (WORKFLOWS, Call, make_policy, parse_choice, parse_strategies, parse_verdict,
+from workflows import (WORKFLOWS, Turn, make_policy, parse_choice, parse_strategies, parse_verdict,
                        run_workflow)
 
 ADD = "```python\ndef add(a, b):\n    return a + b\n```"
@@ -39,7 +39,7 @@ class Fake:
         for k, text in enumerate(texts):
             r = self.reply(role, text, k)
             out.append(None if r is None else
-                       Call([1, 2, 3], list(range(len(r))), [-0.5] * len(r), "stop", r))
+                       Turn(role, role, [1, 2, 3], list(range(len(r))), [-0.5] * len(r), "stop", r))
         return out
 
     def shape(self):
