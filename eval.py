@@ -232,8 +232,7 @@ def parse_args(argv=None):
     p.add_argument("--workflow", choices=list(WORKFLOWS), default=None, help="workflow (default single; --run: the run's)")
     p.add_argument("--task", choices=["math", "code"], default=None, help="default math; --run: the run's")
     p.add_argument("--adapters", default=None, help="a checkpoint folder, or a run directory (its last checkpoint)")
-    p.add_argument("--transfer", choices=["all", "solvers"], default=None,
-                   help="a single-agent adapter on every role, or on generators/workers only")
+    p.add_argument("--transfer", choices=["all", "solvers"], help="a single-agent adapter on every role, or on solvers")
     p.add_argument("--data", default=None, help="held-out JSONL/JSON (default: a run's eval_data, else built-in)")
     p.add_argument("--problems", type=int, default=None, help="first N problems (a whole file; built-in: 200, tiny 8)")
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda if available)")
@@ -330,8 +329,7 @@ def main_single(args):
     adapters, mode = (adapter_map(workflow, "base"), "base") if not args.adapters else \
         load_adapters(model, args.adapters, workflow, args.transfer)
     r = evaluate(model, tok, problems, workflow, adapters, task, **{k: s[k] for k in EVAL_KEYS})
-    print(f"{workflow} / {mode}{' ' + args.adapters if args.adapters else ''} / {task} on {used}")
-    print("\n".join(format_result(r)))
+    print(f"{workflow} / {mode}{' ' + args.adapters if args.adapters else ''} / {task} on {used}", *format_result(r), sep="\n")
     return r
 
 

@@ -79,11 +79,10 @@ def build_tiny(path, seed=0):
 
 
 def _hub_reachable(timeout=3.0):
-    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false"):
-        return False
     with contextlib.suppress(OSError):  # no network, DNS or a firewall: unreachable
-        socket.create_connection(("huggingface.co", 443), timeout=timeout).close()
-        return True
+        if os.environ.get("HF_HUB_OFFLINE", "0") in ("0", "", "false"):  # HF_HUB_OFFLINE=1: not even tried
+            socket.create_connection(("huggingface.co", 443), timeout=timeout).close()
+            return True
     return False
 
 

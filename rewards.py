@@ -240,37 +240,39 @@ def _number(t: str) -> Fraction | None:
         return None
 
 
-_SYMPY_WORKER = r"""
-import sys, json, string, functools
-import sympy  # a dependency of torch, so always there
-from sympy.parsing.sympy_parser import parse_expr, standard_transformations, implicit_multiplication_application
-T = standard_transformations + (implicit_multiplication_application,)
-L = {c: sympy.Symbol(c) for c in string.ascii_letters}  # plain symbols: no E, I, N, S, O, Q surprises
-print("ready", flush=True)
-INF = (sympy.oo, -sympy.oo)
-def close(a, b):  # finite values within a relative 1e-9 at 50 digits (mpmath: no float overflow or underflow)
-    d = a - b
-    if d == 0 or d.is_Rational:  # exact: 2^1024 + 1 is not 2^1024
-        return d == 0
-    va, vb, vd = (sympy.N(v, 50) for v in (a, b, d))
-    return all(v.is_number and v.is_finite for v in (va, vb, vd)) and \
-        bool(abs(vd) <= sympy.Float("1e-9", 50) * max(abs(va), abs(vb)))
-def same(x, y):  # as values: an infinity equals only the same infinity, NaN and complex infinity equal nothing;
-    # with symbols, equal at four exact points (no simplify: its time is unbounded)
-    if any(v.has(sympy.nan, sympy.zoo, *INF) for v in (x, y)):
-        return x == y and not x.has(sympy.nan, sympy.zoo)
-    syms = sorted(x.free_symbols | y.free_symbols, key=str)
-    points = [{v: sympy.Rational((-137 + 211 * t + 53 * k) * (k * t + 1), 100) for k, v in enumerate(syms)}
-              for t in range(4 if syms else 1)]  # variable k grows like t^(k+1): no two are affinely related
-    return all(close(x.subs(p), y.subs(p)) for p in points)
-parse = functools.lru_cache(4096)(lambda s: parse_expr(s, local_dict=L, transformations=T))
-for line in sys.stdin:
-    try:
-        ok = same(*map(parse, json.loads(line)))
-    except Exception:
-        ok = False
-    print(int(bool(ok)), flush=True)
-"""
+def _sympy_worker():  # runs as its own program (python -c): this function's source, then a call
+    import sys, json, string, functools
+    import sympy  # a dependency of torch, so always there
+    from sympy.parsing.sympy_parser import parse_expr, standard_transformations, implicit_multiplication_application
+    T = standard_transformations + (implicit_multiplication_application,)
+    L = {c: sympy.Symbol(c) for c in string.ascii_letters}  # plain symbols: no E, I, N, S, O, Q surprises
+    print("ready", flush=True)
+    INF = (sympy.oo, -sympy.oo)
+    def close(a, b):  # finite values within a relative 1e-9 at 50 digits (mpmath: no float overflow or underflow)
+        d = a - b
+        if d == 0 or d.is_Rational:  # exact: 2^1024 + 1 is not 2^1024
+            return d == 0
+        va, vb, vd = (sympy.N(v, 50) for v in (a, b, d))
+        return all(v.is_number and v.is_finite for v in (va, vb, vd)) and \
+            bool(abs(vd) <= sympy.Float("1e-9", 50) * max(abs(va), abs(vb)))
+    def same(x, y):  # as values: an infinity equals only the same infinity, NaN and complex infinity equal nothing;
+        # with symbols, equal at four exact points (no simplify: its time is unbounded)
+        if any(v.has(sympy.nan, sympy.zoo, *INF) for v in (x, y)):
+            return x == y and not x.has(sympy.nan, sympy.zoo)
+        syms = sorted(x.free_symbols | y.free_symbols, key=str)
+        points = [{v: sympy.Rational((-137 + 211 * t + 53 * k) * (k * t + 1), 100) for k, v in enumerate(syms)}
+                  for t in range(4 if syms else 1)]  # variable k grows like t^(k+1): no two are affinely related
+        return all(close(x.subs(p), y.subs(p)) for p in points)
+    parse = functools.lru_cache(4096)(lambda s: parse_expr(s, local_dict=L, transformations=T))
+    for line in sys.stdin:
+        try:
+            ok = same(*map(parse, json.loads(line)))
+        except Exception:
+            ok = False
+        print(int(bool(ok)), flush=True)
+
+
+_SYMPY_WORKER = inspect.getsource(_sympy_worker) + "_sympy_worker()\n"
 
 
 class _Sympy:

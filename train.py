@@ -558,8 +558,7 @@ def parse_args(argv=None):
     p.add_argument("--workflow", choices=list(WORKFLOWS), default="evalopt", help="the workflow to train")
     p.add_argument("--policy", choices=["sp", "ip"], default="ip", help="shared or isolated adapters")
     p.add_argument("--task", choices=["math", "code"], default="math", help="task family")
-    p.add_argument("--model", default=None, help="hub name, local folder, .gguf file or 'tiny' "
-                   "(default: Qwen/Qwen3-0.6B if it can be loaded, else tiny)")
+    p.add_argument("--model", help="hub name, folder, .gguf or 'tiny' (default: Qwen/Qwen3-0.6B if loadable, else tiny)")
     p.add_argument("--steps", type=int, default=None, help="training steps (default 200; tiny: 6)")
     p.add_argument("--out", default=None, help="run directory, new or empty (default: runs/WORKFLOW-POLICY-TASK-TIME)")
     p.add_argument("--resume", action="store_true", help="continue the run in --out from its last checkpoint with "
@@ -591,8 +590,7 @@ def parse_args(argv=None):
     p.add_argument("--weight-decay", type=float, default=0.01, help="AdamW weight decay (reference: 0.01)")
     p.add_argument("--grad-clip", type=float, default=1.0, help="max gradient norm per optimizer step (reference: 1.0)")
     # loss
-    p.add_argument("--loss-agg", choices=grpo.AGGREGATIONS, default="seq-mean-token-mean",
-                   help="token weighting across rows (reference: seq-mean-token-mean)")
+    p.add_argument("--loss-agg", choices=grpo.AGGREGATIONS, default=grpo.AGGREGATIONS[0], help="token weighting (grpo.py)")
     p.add_argument("--role-weights", default=None, help="explicit per-role factors, e.g. generator=3,evaluator=1")
     p.add_argument("--parallel-steps", choices=["per-instance", "merged"], default="per-instance",
                    help="IP: one optimizer step per parallel instance (reference) or one merged step")
