@@ -86,7 +86,8 @@ def test_math_sympy_time_limit_in_a_thread(monkeypatch):
             R._SYMPY.proc.wait()
             R._SYMPY.proc = None
     original = R._SYMPY_WORKER
-    restart(original.replace("for line in sys.stdin:", "import time\nfor line in sys.stdin:\n    time.sleep(30 * ('q' in line))"))
+    restart(original.replace("    for line in sys.stdin:",  # the helper's body is indented (a function's source)
+                             "    import time\n    for line in sys.stdin:\n        time.sleep(30 * ('q' in line))"))
     assert R.math_check("\\boxed{x+1}", "1+x") == (1.0, "correct")  # starts the helper outside the timed part
     monkeypatch.setattr(R, "SYMPY_TIMEOUT_S", 0.5)
     out = {}
