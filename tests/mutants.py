@@ -7,7 +7,7 @@ the tests notice. A test suite that passes with the algorithm broken is not test
 
 Run by hand, not in CI (it is not a test module: pytest does not collect it). Each mutant is one
 row of MUTANTS: (name, file, function, pattern, replacement, tests). `function` is a function or
-method name ("LoRALinear.scaling") or a module-level variable holding code ("_SYMPY_WORKER"); `pattern` must occur exactly once in that function's source
+method name ("LoRALinear.scaling") or a module-level variable holding code as a string; `pattern` must occur exactly once in that function's source
 (found through ast, so unrelated code may move freely) and is replaced by `replacement`. When a
 refactor changes the line, the mutant reports an ERROR naming itself; update its pattern here.
 Every mutant gets a fresh copy of the *.py files and tests/ (never the working tree), then
@@ -177,10 +177,10 @@ MUTANTS = [
     ("grade-sends-math-to-code-checker", "rewards.py", "grade",
      'if p["task"] == "math":', 'if p["task"] == "code":', REWARDS),
     # rewards.py, issue 14: the holes a policy used (or could use) to score 1 without solving
-    ("infinity-equals-anything", "rewards.py", "_SYMPY_WORKER", "return x == y", "return True", REWARDS_GAMED),
-    ("tolerance-with-absolute-floor", "rewards.py", "_SYMPY_WORKER",
+    ("infinity-equals-anything", "rewards.py", "_sympy_worker", "return x == y", "return True", REWARDS_GAMED),
+    ("tolerance-with-absolute-floor", "rewards.py", "_sympy_worker",
      "max(abs(va), abs(vb))", "max(abs(va), abs(vb), 1)", REWARDS_GAMED),
-    ("rational-difference-within-tolerance", "rewards.py", "_SYMPY_WORKER",
+    ("rational-difference-within-tolerance", "rewards.py", "_sympy_worker",
      "if d == 0 or d.is_Rational:", "if d == 0:", REWARDS_GAMED),
     ("juxtaposed-numbers-multiply", "rewards.py", "_to_sympy", r"|[\d.]\s+[\d.]|\)\s*[\d.]", "", REWARDS_GAMED),
     ("no-answer-length-cap", "rewards.py", "math_check",
