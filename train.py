@@ -330,8 +330,9 @@ def role_metrics(rows, s, degenerate):
             # per optimizer step of the role: a sum would grow with the number of steps (per-instance voters)
             "grad_norm": mean(s["grad_norms"]), "grad_norm_max": max(s["grad_norms"], default=None),
             "loss": mean(s["losses"]), "degenerate_rewarded": degenerate,
-            **{name: s[key] / max(1, s["train_tokens"]) for name, key in (("entropy", "entropy_sum"),  # per token
-               ("clip_fraction", "clipped"), ("kl", "kl_sum"), ("logprob_gap", "gap_sum"))},
+            # per token of the rows the update ran (advantage != 0 or a KL term); None when it ran none
+            **{name: s[key] / s["train_tokens"] if s["train_tokens"] else None for name, key in (
+               ("entropy", "entropy_sum"), ("clip_fraction", "clipped"), ("kl", "kl_sum"), ("logprob_gap", "gap_sum"))},
             "optimizer_steps": s["optimizer_steps"],
             "diag_correct": mean([r.correct for r in rows if r.correct is not None])}
 
@@ -506,13 +507,15 @@ def load_checkpoint(args, model, adapters, optimizers, gen):
             seed_streams(gen, args.seed, state["step"])
         # rank 0: metrics and samples logged after the checkpoint (steps it did not save) are dropped: redone.
         # An entry is a line of metrics.jsonl, or a block of samples.txt starting with "=== step N ".
-        for name, entry_start, step_of in (("metrics.jsonl", r"(?m)^", lambda e: json.loads(e)["step"]),
+        # A line cut off by a kill (not ending in "}") is dropped too. The file is read whole before it is rewritten.
+        for name, entry_start, step_of in (("metrics.jsonl", r"(?m)^", lambda e: json.loads(e)["step"] if
+                                            e.rstrip().endswith("}") else math.inf),
                                            ("samples.txt", r"(?m)^(?==== step \d+ )", lambda e: int(e.split()[2]))):
             if rank == 0 and os.path.exists(path := os.path.join(args.out, name)):
                 with open(path) as f:
-                    entries = re.split(entry_start, f.read())
+                    kept = [e for e in re.split(entry_start, f.read()) if e.strip() and step_of(e) <= state["step"]]
                 with open(path, "w") as f:
-                    f.writelines(e for e in entries if e.strip() and step_of(e) <= state["step"])
+                    f.writelines(kept)
     except Exception as e:  # a truncated or foreign file (safetensors, pickle, shapes, keys)
         print(f"error: --resume: cannot restore {folder} ({type(e).__name__}: {' '.join(str(e).split()).split('. ')[0]})",
               file=sys.stderr)

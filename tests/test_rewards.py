@@ -237,6 +237,23 @@ def test_grade_batch_mixed_and_order():
         R.grade(["x"], [{"task": "poetry"}])
 
 
+def test_run_python_with_fds_numbered_past_1024():
+    """Review finding: the nonce was read after select.select(), which raises for an fd >= 1024, so in a
+    process holding many files every program scored 0 ('error'). poll() has no such limit."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip("the fd limit is below 1200")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    fds = [os.open("/dev/null", os.O_RDONLY) for _ in range(1100)]
+    try:
+        assert R.run_python("print(1)", "assert 1").status == "pass"
+    finally:
+        for fd in fds:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
 def test_grade_total_time_budget():
     """Programs not finished within the batch budget score 0 with status 'timeout', and grade returns on time."""
     prob = {"task": "code", "prompt": "", "test_code": "assert True", "timeout": 30}

@@ -119,6 +119,28 @@ def test_resume_of_finished_run_says_so(tmp_path, capsys):
     assert "already finished" in capsys.readouterr().out
 
 
+def test_resume_drops_a_metrics_line_cut_off_by_a_kill(tmp_path):
+    """Review finding: a metrics.jsonl line cut off mid-write (kill, full disk) was parsed before the
+    file was rewritten, so --resume refused a good checkpoint after emptying the log. Now the cut line
+    is dropped like any entry after the checkpoint, and the run goes on."""
+    out = str(tmp_path / "run")
+    train.main(["--workflow", "single", "--steps", "1", "--out", out, *SMALL])
+    with open(os.path.join(out, "metrics.jsonl"), "a") as f:
+        f.write('{"step": 2, "rew')
+    train.main(["--out", out, "--resume", "--steps", "2"])
+    assert [m["step"] for m in read_metrics(out)] == [1, 2]
+
+
+def test_per_token_metrics_are_none_when_the_update_ran_no_row(tmp_path):
+    """Review finding: with every advantage 0 no row runs, and entropy, clip fraction, kl and the gap
+    were logged as 0.0, which reads as a collapsed policy. They are None: nothing was measured."""
+    out = str(tmp_path / "run")
+    train.main(["--workflow", "evalopt", "--steps", "1", "--out", out, *SMALL])  # the tiny model: reward 0
+    m = read_metrics(out)[0]
+    assert m["zero_advantage_rows"] == m["rows"]
+    assert all(r[k] is None for r in m["roles"].values() for k in ("entropy", "clip_fraction", "kl", "logprob_gap"))
+
+
 @pytest.mark.parametrize("mode,steps", [("per-instance", 3 + 1), ("merged", 1 + 1)])
 def test_parallel_step_counts(tmp_path, mode, steps, monkeypatch):
     monkeypatch.setattr(workflows.rewards, "grade", fake_grade)
