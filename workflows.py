@@ -168,7 +168,8 @@ class Episode:
     @property
     def correct(self):
         """The 0/1 outcome as a bool: what every accuracy counts (train.py's, pass@1, right picks), so that a
-        shaping term in the training reward never changes them."""
+        shaping term in the training reward never changes them. A fork whose grader gives partial credit
+        (an outcome between 0 and 1) says here what counts as right."""
         return self.reward == 1.0
 
 
