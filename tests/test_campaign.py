@@ -85,3 +85,22 @@ def test_plots(run_dir, tmp_path):
     write_jsonl(out / "c.jsonl", [r, {**r, "name": "evalopt-ip-s0", "config": "evalopt-ip"}])
     campaign.plot(str(out / "c.jsonl"), str(out))  # C5 has no run yet: no figure
     assert sorted(os.listdir(out)) == ["c.jsonl", "claim-C1.png", "claim-C2.png", "claim-C3.png", "claim-C4.png"]
+
+
+def test_step_breakdown_of_a_tiny_run(tmp_path):
+    """bench/steps.py on a real (tiny) run: the rollout by role adds up to the step's rows and tokens, the
+    update by adapter names the run's adapters, and leading steps are skipped."""
+    import train
+    spec = importlib.util.spec_from_file_location("steps", os.path.join(ROOT, "bench", "steps.py"))
+    steps = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(steps)
+    out = str(tmp_path / "run")
+    train.main(["--model", "tiny", "--workflow", "evalopt", "--policy", "ip", "--steps", "2", "--problems", "2",
+                "--group", "2", "--max-new-tokens", "6", "--device", "cpu", "--out", out])
+    last = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))][-1]
+    b = steps.breakdown(out, skip=1)
+    assert b["steps"] == 1 and b["total"] == last["time"]["total"]
+    assert set(b["roles"]) == {"generator", "evaluator"}
+    assert sum(r["rows"] for r in b["roles"].values()) == last["rows"]
+    assert sum(r["tokens"] for r in b["roles"].values()) == sum(r["tokens"] for r in last["roles"].values())
+    assert set(b["adapters"]) <= {"generator", "evaluator"}
