@@ -563,6 +563,7 @@ def _sandbox_main():
 _HARNESS = inspect.getsource(_sandbox_main) + "_sandbox_main()\n"
 
 _SITE = [p for p in dict.fromkeys(sysconfig.get_paths()[k] for k in ("purelib", "platlib")) if os.path.isdir(p)]
+_NOBODY = next(((p.pw_uid, p.pw_gid) for p in pwd.getpwall() if p.pw_name == "nobody"), (65534, 65534))  # uid, gid
 
 
 def _rmtree(path: str) -> None:
@@ -580,11 +581,10 @@ def run_python(code: str, tests: str = "", *, setup: str = "", entry_point: str 
     t0 = time.monotonic()
     if timeout <= 0:
         return ExecResult("timeout", None, "", "batch time budget spent", 0.0)
-    uid, gid = next(((p.pw_uid, p.pw_gid) for p in pwd.getpwall() if p.pw_name == "nobody"), (65534, 65534))
     nonce, cap = secrets.token_hex(16), OUTPUT_MB << 20
     job = dict(mode="test" if stdin is None else "io", setup=setup, code=code, tests=tests, entry_point=entry_point,
-               check=bool(entry_point and _CHECK.search(tests)), nonce=nonce, timeout=timeout, path=_SITE, uid=uid,
-               gid=gid, cpu=int(timeout) + 1, mem=memory_mb << 20, fsize=cap)
+               check=bool(entry_point and _CHECK.search(tests)), nonce=nonce, timeout=timeout, path=_SITE, uid=_NOBODY[0],
+               gid=_NOBODY[1], cpu=int(timeout) + 1, mem=memory_mb << 20, fsize=cap)
     work, proc = tempfile.mkdtemp(prefix=WORKDIR_PREFIX), None
     rfd, wfd = os.pipe()
     files = [tempfile.TemporaryFile() for _ in range(3)]  # stdin, stdout, stderr: files cannot fill up and block
@@ -593,7 +593,7 @@ def run_python(code: str, tests: str = "", *, setup: str = "", entry_point: str 
         with open(os.open(job_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
             json.dump(job, f)
         if os.geteuid() == 0:
-            os.chown(work, uid, gid)
+            os.chown(work, *_NOBODY)
         files[0].write((stdin or "").encode())
         files[0].seek(0)
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": work, "TMPDIR": work, "LANG": "C.UTF-8",

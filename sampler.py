@@ -107,14 +107,15 @@ def sample(model, prompts, n=1, max_new_tokens=256, temperature=1.0, top_p=1.0, 
     logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=1, **kw).logits[:, -1]
     positions = positions[:, -1:]
     active = torch.arange(len(rows), device=device)  # original row index of each batch row
-    out_tok, out_lp = torch.full((len(rows), max_new_tokens), pad_id), torch.zeros(len(rows), max_new_tokens)
+    # each row's draws (int64, filled with pad ids) and log-probs (float32), on the device: no copy per step
+    out_tok, out_lp = (torch.full((len(rows), max_new_tokens), v, device=device) for v in (pad_id, 0.0))
     for step in range(max_new_tokens):
         logits = logits.float()
         if step < min_new_tokens:
             logits[:, stops] = float("-inf")
         tokens, logprobs = pick(logits, temperature, top_k, top_p, generator)
         stopped = torch.isin(tokens, stops)
-        out_tok[active.cpu(), step], out_lp[active.cpu(), step] = tokens.cpu(), logprobs.float().cpu()
+        out_tok[active, step], out_lp[active, step] = tokens, logprobs
         if step == max_new_tokens - 1:
             break
         if stopped.any():  # compact: finished rows leave the batch and the cache

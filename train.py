@@ -258,6 +258,8 @@ def optimizer_step(model, adapter, rows, adv, old_lp, ref_lp, opt, args, stats):
     lora.set_adapter(model, adapter)
     model.train()
     opt.zero_grad(set_to_none=True)
+    for p in params:  # zeros, not None: where no row runs, AdamW still moves its moments, as a full pass would
+        p.grad = torch.zeros_like(p)
     finite, role_grads, before = True, {}, 0
     for role in sorted(shares):  # the roles of the whole step (under torchrun: every rank walks the same ones)
         kl_coef = role_value(args.kl_coefs, role)
@@ -268,8 +270,6 @@ def optimizer_step(model, adapter, rows, adv, old_lp, ref_lp, opt, args, stats):
         stats[role]["weight_share"].append(shares[role])
         finite &= role_backward(model, pick(rows), pick(adv), pick(old_lp), pick(ref_lp), pick(weights), kl_coef,
                                 args, stats[role])
-        for p in params:  # zeros, not None, where nothing ran: AdamW still moves its moments, as a full pass would
-            p.grad = torch.zeros_like(p) if p.grad is None else p.grad
         grads = torch.cat([p.grad.flatten() for p in params])
         role_grads[role], before = grads - before, grads  # this role's part of the gradient
     finite = sum_over_ranks(params, role_grads, finite)  # torchrun: every rank now holds the whole batch's gradient
