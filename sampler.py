@@ -17,13 +17,16 @@ preallocated KV cache, the decode step captured as a CUDA graph (one per batch s
 length bucket), attention that reads each key/value head once for its whole query group (HF's SDPA
 path copies the cache per query head when a mask is present), sampling in one Triton kernel with no
 host synchronisation per token (`draw_fused`), and the batch compacted when many rows are done.
-`compile=True` also runs the decode step through torch.compile, which fuses the decoder's many
-small kernels (1.5x on the H200 benchmark) but compiles for about two minutes on the first call.
+On CUDA the decoder's norms, MLPs and rotary embedding run torch.compile'd (`fused_layers`: about half
+the decode step's kernels; the whole step compiled was tried and dropped: two minutes of compiling and
+no faster on rollouts that stop at EOS, docs/benchmarks.md).
 It gives the simple path's greedy tokens (allowing for bf16 ties) and samples from the same
 distribution (tests/test_sampler.py).
 
 Left out: beam search, repetition penalties, speculative decoding, paged attention.
 """
+import contextlib
+import functools
 import inspect
 from dataclasses import dataclass
 
@@ -82,21 +85,21 @@ def pick(logits, temperature, top_k, top_p, generator):
 
 @torch.no_grad()
 def sample(model, prompts, n=1, max_new_tokens=256, temperature=1.0, top_p=1.0, top_k=0,
-           stop_ids=(), pad_id=0, generator=None, min_new_tokens=0, fast=None, compile=False):
+           stop_ids=(), pad_id=0, generator=None, min_new_tokens=0, fast=None, fuse=None):
     """Sample n completions for each prompt (a list of token-id lists).
 
     Returns P * n Completions, prompt-major (row i*n + j is sample j of prompt i). `generator`
     (a torch.Generator on the model's device) makes sampling reproducible; greedy when
     temperature == 0. `min_new_tokens` masks the stop ids until that many tokens exist (used by
     benchmarks to force a fixed length, as `generate(min_new_tokens=...)` does). `fast` picks
-    sample_fast (default: on CUDA when top_k and top_p are off); `compile` is sample_fast's."""
+    sample_fast (default: on CUDA when top_k and top_p are off); `fuse` is sample_fast's."""
     device = next(model.parameters()).device
     if fast is None:  # the fast path builds full-attention masks only (no sliding-window layers)
         layer_types = getattr(model.config.get_text_config(), "layer_types", None) or ["full_attention"]
         fast = device.type == "cuda" and top_p >= 1.0 and not top_k and set(layer_types) == {"full_attention"}
     if fast:
         return sample_fast(model, prompts, n, max_new_tokens, temperature, stop_ids, pad_id, generator,
-                           min_new_tokens, compile=compile)
+                           min_new_tokens, fuse=fuse)
     rows = [p for p in prompts for _ in range(n)]
     if not rows:
         return []
@@ -159,7 +162,8 @@ class StaticKV:
         self.first, self.rows, self.length = 0, rows, length
 
     def update(self, key, value, layer_idx, *args, **kwargs):
-        where = self.pos + self.steps[:key.shape[2]]  # the new tokens' slots
+        # the new tokens' slots: a decode step's one token at pos (a view: no kernel per layer); the prefill at 0
+        where = self.pos.view(1) if key.shape[2] == 1 else self.steps[:key.shape[2]]
         k = self.k[layer_idx][self.first:self.first + self.rows].index_copy_(2, where, key)  # into the buffer (a view)
         v = self.v[layer_idx][self.first:self.first + self.rows].index_copy_(2, where, value)
         return k[:, :, :self.length], v[:, :, :self.length]
@@ -187,7 +191,7 @@ def gqa_attention(module, query, key, value, attention_mask, scaling=None, dropo
     g = H // key.shape[1]
     mask = attention_mask[:, :, None].expand(B, 1, g, q, attention_mask.shape[-1]).reshape(B, 1, g * q, -1)
     out = F.scaled_dot_product_attention(query.reshape(B, H // g, g * q, D), key, value, attn_mask=mask, scale=scaling)
-    return out.view(B, H, q, D).transpose(1, 2), None
+    return out.reshape(B, H, q, D).transpose(1, 2), None  # a view where SDPA's layout allows it
 
 
 AttentionInterface.register("gqa_static", gqa_attention)
@@ -258,16 +262,44 @@ def draw_fused(logits, temperature, seed):
     return tokens, logprobs
 
 
+_COMPILED = {}  # function -> its torch.compile'd copy, compiled once per process (and per input rank)
+
+
+@contextlib.contextmanager
+def fused_layers(model):
+    """While it is on, the decoder's RMSNorms, MLPs and rotary embedding run torch.compile'd copies of the
+    model's own code: each norm's ~8 elementwise kernels become 1, rotary's ~10 for q and k 1-2, SiLU-mul 1
+    (the 0.5B's decode step: 1,116 kernels -> 557, docs/benchmarks.md). Intermediate bf16 rounding is emulated
+    as eager rounds it; outputs still differ by reduction order (bf16 ties in greedy tokens, tests)."""
+    options = {"emulate_precision_casts": True}
+    compiled = lambda f: _COMPILED.setdefault(f, torch.compile(f, dynamic=True, options=options))
+    patched = [m for m in model.modules() if type(m).__name__.endswith(("RMSNorm", "MLP"))]
+    for m in patched:
+        m.forward = functools.partial(compiled(type(m).forward), m)  # an instance attribute: nn.Module calls it
+    module = inspect.getmodule(type(model))
+    rope = getattr(module, "apply_rotary_pos_emb", None)
+    if rope is not None:
+        module.apply_rotary_pos_emb = compiled(rope)
+    try:
+        yield
+    finally:
+        for m in patched:
+            del m.forward
+        if rope is not None:
+            module.apply_rotary_pos_emb = rope
+
+
 @torch.no_grad()
 def sample_fast(model, prompts, n=1, max_new_tokens=256, temperature=1.0, stop_ids=(), pad_id=0, generator=None,
-                min_new_tokens=0, cuda_graph=None, check_every=32, bucket=128, prefill_bytes=2**32, compile=False):
+                min_new_tokens=0, cuda_graph=None, check_every=32, bucket=128, prefill_bytes=2**32, fuse=None):
     """`sample` for the GPU (same arguments and result, no top-k / top-p). cuda_graph defaults to
     True on CUDA; False runs the same code eagerly (how the CPU tests check it). Every
     `check_every` tokens the host looks once at how many rows are done: it stops when all are, and
     compacts the batch (a new graph for the smaller batch) when at most half are still running.
     Attention reads the cache up to the next multiple of `bucket` slots (a new graph per bucket).
     The prefill runs in row chunks so that an explicit-mask attention's (rows, heads, Lp, Lp)
-    scores stay under `prefill_bytes` (long Eval-Opt histories would otherwise not fit)."""
+    scores stay under `prefill_bytes` (long Eval-Opt histories would otherwise not fit). `fuse` (default:
+    on CUDA) runs the decoder's small parts compiled, `fused_layers`."""
     device = next(model.parameters()).device
     cuda_graph = device.type == "cuda" if cuda_graph is None else cuda_graph
     rows = [p for p in prompts for _ in range(n)]
@@ -292,7 +324,10 @@ def sample_fast(model, prompts, n=1, max_new_tokens=256, temperature=1.0, stop_i
         torch.cuda.set_device(device)
     heads = model.config.get_text_config().num_attention_heads
     chunk = max(1, prefill_bytes // (4 * heads * Lp * Lp))
+    patches = contextlib.ExitStack()
     try:
+        if device.type == "cuda" if fuse is None else fuse:
+            patches.enter_context(fused_layers(model))
         logits = []
         for a in range(0, B, chunk):
             cache.first, cache.rows = a, min(chunk, B - a)
@@ -305,11 +340,8 @@ def sample_fast(model, prompts, n=1, max_new_tokens=256, temperature=1.0, stop_i
         out_lp = torch.zeros(B, max_new_tokens, device=device)
         done = torch.zeros(B, dtype=torch.bool, device=device)
         active = torch.arange(B, device=device)  # original row of each batch row
-        def forward(ids, pos, m):
-            return model(input_ids=ids, position_ids=pos, **kw, attention_mask={"full_attention": m}).logits[:, -1]
-        if compile:  # dynamic shapes: new batch sizes and lengths mostly reuse the compiled code
-            forward = torch.compile(forward, dynamic=True)
-        step_fn = lambda: forward(tok_in[:cache.rows], pos_in[:cache.rows], mask[:cache.rows, :, :, :cache.length])
+        step_fn = lambda: model(input_ids=tok_in[:cache.rows], position_ids=pos_in[:cache.rows], **kw, attention_mask={
+            "full_attention": mask[:cache.rows, :, :, :cache.length]}).logits[:, -1]
         graph = None
         fused = triton is not None and device.type == "cuda"
         if fused:  # one seed per step for draw_fused's noise, all drawn now (one host sync)
@@ -355,6 +387,7 @@ def sample_fast(model, prompts, n=1, max_new_tokens=256, temperature=1.0, stop_i
                 graph.replay()
                 logits = graph_logits
     finally:
+        patches.close()
         model.config._attn_implementation = saved_impl
         if saved_device is not None:
             torch.cuda.set_device(saved_device)

@@ -13,7 +13,7 @@ the same stop ids, temperature and n. Each contender is run once to warm up, the
     python bench/sampler.py                      # tiny model on CPU, small workload
     python bench/sampler.py --model /root/mdl/model.gguf --prompts 64 --n 8 --new-tokens 512
     python bench/sampler.py --model /root/mdl/model.gguf --arch qwen3-1.7b ...   # random weights
-    python bench/sampler.py ... --compile --lora 64   # + compile=True; + a LoRA adapter unmerged / merged
+    python bench/sampler.py ... --lora 64             # + a LoRA adapter unmerged / merged
     python bench/sampler.py --model /root/mdl/hf --data gsm8k_test.jsonl --prompts 64 --n 8 \
         --new-tokens 512 --natural --vllm /root/mdl/hf --skip dynamic static   # rollouts vs vLLM
 
@@ -86,7 +86,6 @@ def main():
     p.add_argument("--temperature", type=float, default=0.7, help="sampling temperature")
     p.add_argument("--repeats", type=int, default=2, help="timed calls per contender after warm-up")
     p.add_argument("--arch", choices=list(ARCHS), default=None, help="random-weight Qwen3 of this shape")
-    p.add_argument("--compile", action="store_true", help="also time ours with sample(compile=True)")
     p.add_argument("--lora", type=int, default=0, help="rank: time ours with a random LoRA adapter, unmerged vs lora.merged")
     p.add_argument("--natural", action="store_true", help="rows stop at a stop id (rollouts), not forced")
     p.add_argument("--vllm", default=None, help="HF model folder: add vLLM as a contender")
@@ -112,9 +111,9 @@ def main():
     forced = 0 if args.natural else N
     generated = {}  # contender -> tokens of its last call
 
-    def ours(compile=False, name="ours"):
-        out = sample(model, prompts, n=args.n, max_new_tokens=N, temperature=args.temperature,
-                     stop_ids=stops, pad_id=tok.pad_token_id, generator=gen, min_new_tokens=forced, compile=compile)
+    def ours(name="ours", fuse=None):
+        out = sample(model, prompts, n=args.n, max_new_tokens=N, temperature=args.temperature, stop_ids=stops,
+                     pad_id=tok.pad_token_id, generator=gen, min_new_tokens=forced, fuse=fuse)
         generated[name] = sum(len(c.tokens) for c in out)
         assert args.natural or generated[name] == rows * N
 
@@ -141,10 +140,8 @@ def main():
                                                                    cache_implementation="static")))
     if "ours" not in args.skip:
         contenders.append(("ours: sampler.sample", lambda: ours(name="ours: sampler.sample")))
-    if args.compile and device.type != "cuda":
-        print("--compile skipped: compile=True applies to the CUDA fast path only")
-    elif args.compile:
-        contenders.append(("ours, compile=True", lambda: ours(compile=True, name="ours, compile=True")))
+        if device.type == "cuda":  # the default on CUDA fuses the decoder's small kernels (sampler.fused_layers)
+            contenders.append(("ours, fuse=False", lambda: ours(name="ours, fuse=False", fuse=False)))
     if args.lora:  # timed last: the adapter is added at its first (warm-up) call, after the others ran
         def with_adapter(merge):
             if "bench" not in lora.adapter_names(model):
@@ -205,15 +202,16 @@ def vllm_contender(args, prompts, stops, forced, generated):
 
 
 def profile(model, tok, prompts, stops, device, args):
-    """Our decode step at 8, 64 and 512 rows: ms per step under the graph (from forced calls of 1 and
+    """Our decode step at 8, 64 and 512 rows, unfused and fused: ms per step under the graph (from forced calls of 1 and
     129 new tokens), then one eager step under torch.profiler: kernels per step, their GPU time, top
     kernels. Then the graphs a natural-stop call captures (new batch size or attended-length bucket)."""
     from torch.profiler import ProfilerActivity, profile as torch_profile
     import sampler
-    for rows in (8, 64, 512):
+    for fuse, rows in [(f, r) for f in (False, True) for r in (8, 64, 512)]:
         batch = [prompts[i % len(prompts)] for i in range(rows)]
         call = lambda n_new, graph=None: sampler.sample_fast(model, batch, 1, n_new, args.temperature, stops,
-                                                             tok.pad_token_id, min_new_tokens=n_new, cuda_graph=graph)
+                                                             tok.pad_token_id, min_new_tokens=n_new, cuda_graph=graph,
+                                                             fuse=fuse)
         t1, t129 = timed(lambda: call(1), device, 2), timed(lambda: call(129), device, 2)
         with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
             call(17, graph=False)
@@ -225,9 +223,9 @@ def profile(model, tok, prompts, stops, device, args):
         k17, k1 = kernels(prof), kernels(prof1)
         per_step = (len(k17) - len(k1)) / 16
         gpu_ms = (sum(e.device_time for e in k17) - sum(e.device_time for e in k1)) / 16 / 1e3
-        print(f"profile rows={rows}: graph {1e3 * (t129 - t1) / 128:.3f} ms/step; eager {per_step:.0f} kernels/step, "
+        print(f"profile fuse={fuse} rows={rows}: graph {1e3 * (t129 - t1) / 128:.3f} ms/step; eager {per_step:.0f} kernels/step, "
               f"{gpu_ms:.3f} ms GPU time/step")
-        if rows in (8, 512):
+        if rows == 8 or (rows == 512 and fuse):
             print(prof.key_averages().table(sort_by="device_time_total", row_limit=12, max_name_column_width=60))
     captures = []
     real = torch.cuda.CUDAGraph

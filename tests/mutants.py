@@ -49,9 +49,10 @@ TRAIN = ids("test_train.py", "test_lr_schedule_by_hand",
             "test_first_step_without_old_logprobs_equals_recomputed_ones")
 TRAIN_RESUME = ids("test_train.py", "test_resume_equals_uninterrupted_run")
 TRAIN_OLD_LOGPROBS = ids("test_train.py", "test_old_logprobs_are_recomputed_only_for_several_steps")
-SAMPLER = ids("test_sampler.py",  # not the torch.compile test: 10-20 s and no mutant needs it
+SAMPLER = ids("test_sampler.py",  # not the torch.compile test: 10-20 s and only the fused_layers mutant needs it
               "test_top_p_and_top_k_truncate_at_non_degenerate_values", "test_logprobs_equal_full_forward",
               "test_greedy_matches_generate_on_mixed_lengths", "test_min_new_tokens_forces_length_and_top_k_1_is_greedy")
+SAMPLER_FAST = ids("test_sampler.py", "test_fast_path_matches_simple_path_greedy_with_compaction")
 REWARDS = ids("test_rewards.py",  # not the real-data and adversarial-sandbox tests
               "test_math_equivalence_table", "test_extract_code", "test_code_pass_fail_and_statuses", "test_io_tests",
               "test_grade_batch_mixed_and_order")
@@ -145,6 +146,8 @@ MUTANTS = [
      SAMPLER),
     ("samples-not-prompt-major", "sampler.py", "sample",
      "rows = [p for p in prompts for _ in range(n)]", "rows = [p for _ in range(n) for p in prompts]", SAMPLER),
+    ("decode-writes-cache-slot-0", "sampler.py", "StaticKV.update", "self.pos.view(1)", "self.steps[:1]", SAMPLER_FAST),
+    ("fused-forwards-left-patched", "sampler.py", "fused_layers", "del m.forward", "pass", SAMPLER_FAST),
     # workflows.py
     ("evalopt-final-is-first-attempt", "workflows.py", "_evalopt",
      "eps[i].final = t.text", "eps[i].final = eps[i].final or t.text", WORKFLOWS),

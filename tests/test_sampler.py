@@ -143,25 +143,31 @@ def test_empty_prompt_list_and_empty_prompt(tiny):
 
 # ---------------------------------------------------------------------------------- fast path
 
-@pytest.mark.parametrize("compile", [False, pytest.param(True, marks=pytest.mark.skipif(
-    not (shutil.which("g++") or shutil.which("c++")), reason="torch.compile on CPU needs a C++ compiler"))])
-def test_fast_path_matches_simple_path_greedy_with_compaction(tiny, compile):
-    """compile=True (torch.compile of the decode step, dynamic shapes) must give the same tokens too;
-    on CPU that is inductor's C++ backend, ~20 s."""
+@pytest.mark.parametrize("mode", [{}] + [pytest.param(m, marks=pytest.mark.skipif(
+    not (shutil.which("g++") or shutil.which("c++")), reason="torch.compile on CPU needs a C++ compiler"))
+    for m in ({"fuse": True},)])
+def test_fast_path_matches_simple_path_greedy_with_compaction(tiny, mode):
+    """fuse=True (torch.compile'd norms, MLPs and rotary: sampler.fused_layers, the default on CUDA) must give
+    the same tokens too; on CPU that is inductor's C++ backend, ~10 s.
+    After the call no module keeps a patched forward and the rotary function is the model's own again."""
+    import inspect
     from sampler import sample_fast
     model, tok = tiny
+    rope = inspect.getmodule(type(model)).apply_rotary_pos_emb
     eos = sorted(set(stop_ids(model, tok)) | {125})
     ref = sample(model, prompts(tok), n=2, max_new_tokens=30, temperature=0, stop_ids=eos,
                  pad_id=tok.pad_token_id)
     # check_every=4: the host looks every 4 tokens, so finished rows are compacted away mid-way
     fast = sample_fast(model, prompts(tok), n=2, max_new_tokens=30, temperature=0, stop_ids=eos,
                        pad_id=tok.pad_token_id, cuda_graph=False, check_every=4, bucket=8,
-                       prefill_bytes=4 * 4 * 40 * 40, compile=compile)  # prefill in chunks of ~4 rows
+                       prefill_bytes=4 * 4 * 40 * 40, **mode)  # prefill in chunks of ~4 rows
     assert [c.tokens for c in fast] == [c.tokens for c in ref]
     assert [c.finish for c in fast] == [c.finish for c in ref]
     for a, b in zip(fast, ref):
         torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-4, rtol=0)
     assert model.config._attn_implementation == "sdpa"  # restored after the call
+    assert not any("forward" in vars(m) for m in model.modules())
+    assert inspect.getmodule(type(model)).apply_rotary_pos_emb is rope
 
 
 def test_fast_path_samples_from_the_same_distribution(tiny):
@@ -189,10 +195,10 @@ def test_fast_path_with_cuda_graph_matches_simple_path_on_gpu():
     ref = sample(model, ps, n=2, max_new_tokens=40, temperature=0, stop_ids=eos,
                  pad_id=tok.pad_token_id, fast=False)
     # small buckets and frequent checks: several graphs (new lengths, compacted batches) per call
-    for compile in (False, True):
+    for mode in ({"fuse": False}, {"fuse": True}):  # fuse=True is the default on CUDA
         fast = sample_fast(model, ps, n=2, max_new_tokens=40, temperature=0, stop_ids=eos,
-                           pad_id=tok.pad_token_id, check_every=4, bucket=16, compile=compile)
-        assert [c.tokens for c in fast] == [c.tokens for c in ref], compile
+                           pad_id=tok.pad_token_id, check_every=4, bucket=16, **mode)
+        assert [c.tokens for c in fast] == [c.tokens for c in ref], mode
         for a, b in zip(fast, ref):
             torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-4, rtol=0)
 
