@@ -15,6 +15,8 @@ later steps need, then update.
   Parallel roles (a workflow's `parallel` in workflows.WORKFLOWS: Voting's voters, Orch-Workers'
   workers) take one step per instance (--parallel-steps per-instance, the reference) or one step
   over all instances (merged).
+--coherence role=lambda (I6, the reference code's intervention) scales a role's gradient by
+1 - lambda * max(0, cos(gradient, its EMA)) before clipping (coherence_scale).
 The token weighting of the loss is explicit (--loss-agg, --role-weights) and each role's share of
 it is logged, as is everything in metrics.jsonl, with a reward-hacking monitor (the most common
 final answer's share, degenerate rewarded answers per role: workflows.answer_monitor). Checkpoints
@@ -26,8 +28,8 @@ from ("starts": step, command line, git commit, library versions, GPU). A bad fl
 stderr and exit code 2, before anything is loaded or written.
 
 Left out (on purpose): the reference's fixed 512-row mini-batches (a role takes one step per
-training step, or one per parallel instance), several PPO epochs, entropy bonus, gradient-coherence
-damping, and any reference model unless --kl is > 0.
+training step, or one per parallel instance), several PPO epochs, entropy bonus, and any reference
+model unless --kl is > 0.
 
 Several GPUs (nanoGPT-style DDP by hand, no framework, its helpers in the last section of train.py; a plain
 `python train.py` starts no process group and runs exactly as before):
@@ -275,6 +277,10 @@ def optimizer_step(model, adapter, rows, adv, old_lp, ref_lp, opt, args, stats):
     finite = sum_over_ranks(params, role_grads, finite)  # torchrun: every rank now holds the whole batch's gradient
     for role, grad in role_grads.items():
         stats[role]["grad_norms"].append(float(grad.norm()))
+        if finite and role in args.coherence_map:  # I6: damp the part of the role's gradient that repeats its history
+            scale = coherence_scale(opt.state, role, grad, args.coherence_map[role], args.coherence_window, stats[role])
+            for p, g in zip(params, grad.split([p.numel() for p in params])):
+                p.grad.add_(g.view_as(p), alpha=scale - 1)  # the role's part times scale, the other roles' as they were
     norm = torch.nn.utils.clip_grad_norm_(params, args.grad_clip)
     model.eval()
     if not (finite and torch.isfinite(norm)):
@@ -284,6 +290,20 @@ def optimizer_step(model, adapter, rows, adv, old_lp, ref_lp, opt, args, stats):
     for role in shares:
         stats[role]["optimizer_steps"] += 1
     return True
+
+
+def coherence_scale(state, role, grad, lam, window, s):
+    """I6, the reference code's coherence regularizer: 1 - lam * clamp(cos(grad, EMA), 0, 1) for the role's
+    gradient (one cosine over all its LoRA parameters), then the EMA (tau = 1 - 1/window, from zeros: the
+    first step has cos 0, scale 1) moves with the scaled gradient. The EMA lives in the adapter's optimizer
+    state (key "coherence/ROLE"), so checkpoints and --resume carry it. Logs cos and scale in `s`."""
+    ema = state.get(f"coherence/{role}", torch.zeros_like(grad)).to(grad.device)
+    cos = float(torch.nn.functional.cosine_similarity(grad, ema, dim=0))
+    scale = 1.0 - lam * min(max(cos, 0.0), 1.0)
+    tau = 1.0 - 1.0 / window
+    state[f"coherence/{role}"] = tau * ema + (1 - tau) * scale * grad
+    s["coherence"].append((cos, scale))
+    return scale
 
 
 def role_backward(model, rows, adv, old_lp, ref_lp, weights, kl_coef, args, s):
@@ -317,7 +337,7 @@ def role_backward(model, rows, adv, old_lp, ref_lp, weights, kl_coef, args, s):
 def role_stats():
     """A role's update sums in one training step; losses and grad_norms hold one entry per optimizer step."""
     return dict(weight_share=[], losses=[], grad_norms=[], entropy_sum=0.0, clipped=0, kl_sum=0.0, gap_sum=0.0,
-                train_tokens=0, optimizer_steps=0)
+                train_tokens=0, optimizer_steps=0, coherence=[])
 
 
 def role_metrics(rows, s, degenerate):
@@ -333,7 +353,9 @@ def role_metrics(rows, s, degenerate):
             # per token of the rows the update ran (advantage != 0 or a KL term); None when it ran none
             **{name: s[key] / s["train_tokens"] if s["train_tokens"] else None for name, key in (
                ("entropy", "entropy_sum"), ("clip_fraction", "clipped"), ("kl", "kl_sum"), ("logprob_gap", "gap_sum"))},
-            "optimizer_steps": s["optimizer_steps"],
+            "optimizer_steps": s["optimizer_steps"],  # I6 (--coherence): cos(g, EMA) and the gradient's scale
+            **({"coherence_cos": mean([c for c, _ in s["coherence"]]), "coherence_scale": mean([k for _, k in s["coherence"]])}
+               if s["coherence"] else {}),
             "diag_correct": mean([r.correct for r in rows if r.correct is not None])}
 
 
@@ -396,7 +418,7 @@ def record_start(args, start, device, adapters, n_problems):
     args.starts = (getattr(args, "starts", []) if args.resume else []) + [{"step": start, "command": args.command,
         "commit": git_commit(), "python": sys.version.split()[0], "torch": torch.__version__, "ranks": world()[1],
         "transformers": transformers.__version__, "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"}]
-    config = {k: v for k, v in vars(args).items() if k not in ("kl_coefs", "role_weight_map", "command")}
+    config = {k: v for k, v in vars(args).items() if k not in ("kl_coefs", "role_weight_map", "coherence_map", "command")}
     if world()[0] == 0:
         if start == 0 and os.path.exists(os.path.join(args.out, "config.json")):  # metrics, samples: "w" at step 0
             print(f"note: {args.out} stopped before its first checkpoint: starting it over from step 0", flush=True)
@@ -601,6 +623,9 @@ def parse_args(argv=None):
     p.add_argument("--clip-high", type=float, default=0.28, help="PPO clip above 1 (reference: 0.28)")
     p.add_argument("--dual-clip", type=float, default=3.0, help="dual-clip cap for negative advantages, 0 = off")
     p.add_argument("--kl", default="0", help="KL-to-base coefficient: one number, or per role: evaluator=0.05")
+    p.add_argument("--coherence", default=None, help="I6: per-role lambda in [0, 1], e.g. generator=0.5: scale the "
+                   "role's gradient by 1 - lambda * max(0, cos(gradient, its EMA))")
+    p.add_argument("--coherence-window", type=int, default=128, help="I6: the EMA's window, tau = 1 - 1/window")
     p.add_argument("--adv-mean-only", action="store_true", help="advantage r - mean without dividing by std")
     p.add_argument("--token-budget", type=int, default=16384, help="padded tokens per micro-batch in the update")
     # bookkeeping
@@ -613,7 +638,8 @@ def parse_args(argv=None):
         args = run_folder(p, argv, args)
     # flag -> (test, what it must be); an unset flag (None: sized by the model, see SIZED) passes
     rules = {**dict.fromkeys(("steps", "problems", "max_new_tokens", "max_prompt_tokens", "rounds", "voters",
-                              "lora_rank", "token_budget", "save_every", "eval_problems"), (lambda v: v >= 1, "at least 1")),
+                              "lora_rank", "token_budget", "save_every", "eval_problems", "coherence_window"),
+                           (lambda v: v >= 1, "at least 1")),
              **dict.fromkeys(("seed", "warmup", "eval_every", "sample_every", "weight_decay", "clip_high"),
                              (lambda v: v >= 0, "at least 0")),
              **dict.fromkeys(("lr", "temperature", "lora_alpha", "grad_clip"), (lambda v: v > 0, "> 0")),
@@ -628,6 +654,9 @@ def parse_args(argv=None):
     args.kl_coefs = parse_role_values(p, "--kl", args.kl, args.workflow, ">= 0")
     args.role_weight_map = parse_role_values(p, "--role-weights", args.role_weights, args.workflow, "> 0") \
         if args.role_weights else None
+    args.coherence_map = parse_role_values(p, "--coherence", args.coherence, args.workflow, ">= 0") if args.coherence else {}
+    if None in args.coherence_map or any(v > 1 for v in args.coherence_map.values()):
+        p.error(f"--coherence takes role=lambda pairs with lambda in [0, 1], got {args.coherence!r}")
     args.command = ["train.py", *(sys.argv[1:] if argv is None else argv)]  # for config.json
     return args
 

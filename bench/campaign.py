@@ -48,6 +48,11 @@ CONFIGS = {  # name -> train.py flags on top of GRID
     "voting-sp-rb": ["--workflow", "voting", "--policy", "sp", "--loss-agg", "role-balanced"],
     "orchworkers-ip": ["--workflow", "orchworkers", "--policy", "ip", "--parallel-steps", "per-instance"],
     "orchworkers-ip-merged": ["--workflow", "orchworkers", "--policy", "ip", "--parallel-steps", "merged"],
+    # I6 on the per-instance runs (C5): lambda 0.5 on the parallel role, the EMA window at its default (128)
+    "voting-ip-i6": ["--workflow", "voting", "--policy", "ip", "--parallel-steps", "per-instance",
+                     "--coherence", "generator=0.5"],
+    "orchworkers-ip-i6": ["--workflow", "orchworkers", "--policy", "ip", "--parallel-steps", "per-instance",
+                          "--coherence", "worker=0.5"],
 }
 CLAIMS = {  # claim -> the configs its figure shows (C1: every run)
     "C1": list(CONFIGS),
@@ -55,6 +60,7 @@ CLAIMS = {  # claim -> the configs its figure shows (C1: every run)
     "C3": ["evalopt-ip", "evalopt-sp"],
     "C4": ["evalopt-ip", "evalopt-sp", "evalopt-sp-rb", "voting-ip", "voting-sp", "voting-sp-rb"],
     "C5": ["voting-ip", "voting-ip-merged", "orchworkers-ip", "orchworkers-ip-merged"],
+    "I6": ["voting-ip", "voting-ip-i6", "orchworkers-ip", "orchworkers-ip-i6"],
 }
 SKIP = {"out", "resume", "device", "model", "model_used", "data", "eval_data", "eval_every", "eval_problems"}
 

@@ -47,6 +47,8 @@ TRAIN = ids("test_train.py", "test_lr_schedule_by_hand",
             "test_grpo_groups_and_advantages_of_one_step", "test_ip_per_instance_steps_hold_only_their_role_and_instance",
             "test_ip_step_changes_only_its_own_adapter", "test_optimizer_step_gradient_does_not_depend_on_the_token_budget",
             "test_first_step_without_old_logprobs_equals_recomputed_ones")
+TRAIN_COHERENCE = ids("test_train.py", "test_coherence_scale_by_hand", "test_coherence_scales_the_applied_gradient",
+                      "test_coherence_lambda_0_is_bit_for_bit_and_the_ema_survives_resume")
 TRAIN_RESUME = ids("test_train.py", "test_resume_equals_uninterrupted_run")
 TRAIN_OLD_LOGPROBS = ids("test_train.py", "test_old_logprobs_are_recomputed_only_for_several_steps")
 SAMPLER = ids("test_sampler.py",  # not the torch.compile test: 10-20 s and only the fused_layers mutant needs it
@@ -138,6 +140,13 @@ MUTANTS = [
     ("peft-rslora-accepted", "lora.py", "read_adapter", ' or c.get("use_rslora")', "", LORA),
     ("init-adapters-ignored", "train.py", "load", "if not args.resume and args.init_adapters:", "if False:",
      ids("test_lora.py", "test_init_adapters_start_a_run_from_peft_folders")),
+    ("coherence-ignores-its-ema", "train.py", "coherence_scale", 'state.get(f"coherence/{role}", torch.zeros_like(grad))',
+     "torch.zeros_like(grad)", TRAIN_COHERENCE),
+    ("coherence-negative-cos-not-clamped", "train.py", "coherence_scale", "min(max(cos, 0.0), 1.0)", "min(cos, 1.0)",
+     TRAIN_COHERENCE),
+    ("coherence-ema-of-the-raw-gradient", "train.py", "coherence_scale", "(1 - tau) * scale * grad", "(1 - tau) * grad",
+     TRAIN_COHERENCE),
+    ("coherence-scale-not-applied", "train.py", "optimizer_step", "alpha=scale - 1", "alpha=0.0", TRAIN_COHERENCE),
     # sampler.py
     ("top-k-drops-kth-token", "sampler.py", "pick", "scaled < kth", "scaled <= kth", SAMPLER),
     ("logprobs-of-truncated-distribution", "sampler.py", "pick",

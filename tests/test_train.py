@@ -112,6 +112,57 @@ def test_resume_equals_uninterrupted_run(tmp_path, monkeypatch):
     assert any(not torch.equal(two[k], a["generator.safetensors"][k]) for k in two)
 
 
+def test_coherence_scale_by_hand():
+    """I6 on numbers: cos([1, 0], [1, 1]) = 1/sqrt(2); lambda 0.5 -> scale 1 - 0.5 / sqrt(2); window 4 -> tau
+    0.75, EMA 0.75 [1, 1] + 0.25 scale [1, 0]. A gradient against the EMA (cos < 0) is left alone; with no EMA
+    yet (zeros), cos is 0 and the EMA becomes (1 - tau) x the gradient."""
+    state, s = {"coherence/generator": torch.tensor([1.0, 1.0])}, train.role_stats()
+    scale = train.coherence_scale(state, "generator", torch.tensor([1.0, 0.0]), 0.5, 4, s)
+    assert scale == pytest.approx(1 - 0.5 / math.sqrt(2))
+    torch.testing.assert_close(state["coherence/generator"], torch.tensor([0.75 + 0.25 * scale, 0.75]))
+    assert s["coherence"] == [(pytest.approx(1 / math.sqrt(2)), scale)]
+    assert train.coherence_scale(state, "generator", torch.tensor([-1.0, -1.0]), 0.5, 4, s) == 1.0
+    fresh = {}
+    assert train.coherence_scale(fresh, "evaluator", torch.tensor([2.0, 4.0]), 1.0, 4, s) == 1.0
+    torch.testing.assert_close(fresh["coherence/evaluator"], torch.tensor([0.5, 1.0]))
+
+
+def test_coherence_lambda_0_is_bit_for_bit_and_the_ema_survives_resume(tmp_path, monkeypatch):
+    """--coherence generator=0 trains exactly as no --coherence. With a lambda, cos and scale are logged per
+    step (step 1: no history, cos 0); the EMA is in the checkpoint, so a resumed run's later cosines (which
+    read the EMA) equal the uninterrupted run's."""
+    monkeypatch.setattr(workflows.rewards, "grade", alternate_grade)
+    args = ["--workflow", "single", "--policy", "ip", "--lr", "1e-3", "--warmup", "0", "--no-cosine", *SMALL]
+    on = ["--coherence", "generator=0.9", "--coherence-window", "2"]
+    for name, extra, steps in [("off", [], 3), ("zero", ["--coherence", "generator=0"], 3), ("on", on, 3),
+                               ("part", on, 2)]:
+        train.main([*args, *extra, "--steps", str(steps), "--out", str(tmp_path / name)])
+    train.main(["--out", str(tmp_path / "part"), "--resume", "--steps", "3"])
+    off, zero = (adapters_of(str(tmp_path / n), 3)["generator.safetensors"] for n in ("off", "zero"))
+    assert all(torch.equal(off[k], zero[k]) for k in off)
+    cos = lambda n: [x["roles"]["generator"]["coherence_cos"] for x in read_metrics(str(tmp_path / n))]
+    assert cos("on")[0] == 0 and all(c != 0 for c in cos("on")[1:]) and cos("part") == cos("on")
+    assert "coherence_cos" not in read_metrics(str(tmp_path / "off"))[0]["roles"]["generator"]
+
+
+def test_coherence_scales_the_applied_gradient(tiny, scratch_adapter):
+    """Two optimizer steps on the same rows: the second gradient points nearly where the first (the EMA) did,
+    so cos ~ 1 and the gradient AdamW receives is scale x the raw one (scale = 1 - lambda cos; no clipping)."""
+    import lora
+    model, _ = tiny
+    scratch_adapter("coh", seed=3)
+    opt = torch.optim.AdamW(lora.adapter_parameters(model, "coh"), lr=1e-3)
+    args = train.parse_args(["--coherence", "generator=0.5", "--grad-clip", "1e9", "--workflow", "single"])
+    stats, rows = _stats(), _rows()
+    for _ in range(2):
+        assert train.optimizer_step(model, "coh", rows, [1.0, -1.0, 0.5], [None] * 3, [None] * 3, opt, args, stats)
+    (cos1, scale1), (cos2, scale2) = stats["generator"]["coherence"]
+    assert (cos1, scale1) == (0.0, 1.0) and cos2 > 0.9 and scale2 == pytest.approx(1 - 0.5 * cos2)
+    applied = torch.cat([p.grad.flatten() for p in lora.adapter_parameters(model, "coh")]).norm()
+    assert float(applied) == pytest.approx(scale2 * stats["generator"]["grad_norms"][-1], rel=1e-5)
+    assert "coherence/generator" in opt.state_dict()["state"]
+
+
 def test_resume_of_finished_run_says_so(tmp_path, capsys):
     out = str(tmp_path / "run")
     train.main(["--workflow", "single", "--steps", "1", "--out", out, *SMALL])
@@ -382,6 +433,11 @@ def snapshot(path):
     (["--dual-clip", "-3"], "--dual-clip must be 0 (off) or > 1"), (["--token-budget", "0"], "--token-budget must be"),
     (["--eval-every", "-1"], "--eval-every must be at least 0"), (["--eval-problems", "0"], "--eval-problems must be"),
     (["--sample-every", "-1"], "--sample-every must be at least 0"),
+    (["--coherence", "0.5"], "--coherence takes role=lambda pairs with lambda in [0, 1]"),
+    (["--coherence", "generator=1.5"], "--coherence takes role=lambda pairs"),
+    (["--coherence", "generator=-0.5"], "--coherence values must be >= 0"),
+    (["--coherence", "judge=0.5"], "--coherence: no role judge in evalopt"),
+    (["--coherence-window", "0"], "--coherence-window must be at least 1"),
     (["--workflow", "chain"], "argument --workflow: invalid choice: 'chain'"),
     (["--steps", "ten"], "argument --steps: invalid int value: 'ten'"),
 ])
