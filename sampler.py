@@ -273,20 +273,19 @@ def fused_layers(model):
     as eager rounds it; outputs still differ by reduction order (bf16 ties in greedy tokens, tests)."""
     options = {"emulate_precision_casts": True}
     compiled = lambda f: _COMPILED.setdefault(f, torch.compile(f, dynamic=True, options=options))
-    patched = [m for m in model.modules() if type(m).__name__.endswith(("RMSNorm", "MLP"))]
-    for m in patched:
-        m.forward = functools.partial(compiled(type(m).forward), m)  # an instance attribute: nn.Module calls it
-    module = inspect.getmodule(type(model))
-    rope = getattr(module, "apply_rotary_pos_emb", None)
-    if rope is not None:
-        module.apply_rotary_pos_emb = compiled(rope)
+    # (object, attribute, compiled copy): a module's forward as an instance attribute (nn.Module calls it)
+    patches = [(m, "forward", functools.partial(compiled(type(m).forward), m)) for m in model.modules()
+               if type(m).__name__.endswith(("RMSNorm", "MLP"))]
+    if hasattr(module := inspect.getmodule(type(model)), "apply_rotary_pos_emb"):
+        patches.append((module, "apply_rotary_pos_emb", compiled(module.apply_rotary_pos_emb)))
+    saved = [(obj, name, vars(obj).get(name)) for obj, name, _ in patches]  # None: not set on the object itself
+    for obj, name, new in patches:
+        setattr(obj, name, new)
     try:
         yield
     finally:
-        for m in patched:
-            del m.forward
-        if rope is not None:
-            module.apply_rotary_pos_emb = rope
+        for obj, name, old in saved:
+            delattr(obj, name) if old is None else setattr(obj, name, old)
 
 
 @torch.no_grad()
@@ -317,15 +316,15 @@ def sample_fast(model, prompts, n=1, max_new_tokens=256, temperature=1.0, stop_i
     mask = F.pad(real, (0, L - Lp))  # decode mask (B, 1, 1, L), grows by one slot per token
     cache.length = Lp
     kw = {cache_kw(model): cache, "use_cache": True}
-    saved_impl = model.config._attn_implementation
-    model.config._attn_implementation = "gqa_static"
-    saved_device = torch.cuda.current_device() if device.type == "cuda" else None
-    if saved_device is not None:  # graphs and Triton launch on the current device: make it the model's
-        torch.cuda.set_device(device)
     heads = model.config.get_text_config().num_attention_heads
     chunk = max(1, prefill_bytes // (4 * heads * Lp * Lp))
-    patches = contextlib.ExitStack()
-    try:
+    patches = contextlib.ExitStack()  # what the call changes, undone when it ends (also on an error)
+    patches.callback(setattr, model.config, "_attn_implementation", model.config._attn_implementation)
+    model.config._attn_implementation = "gqa_static"
+    if device.type == "cuda":  # graphs and Triton launch on the current device: make it the model's
+        patches.callback(torch.cuda.set_device, torch.cuda.current_device())
+        torch.cuda.set_device(device)
+    with patches:
         if device.type == "cuda" if fuse is None else fuse:
             patches.enter_context(fused_layers(model))
         logits = []
@@ -386,9 +385,4 @@ def sample_fast(model, prompts, n=1, max_new_tokens=256, temperature=1.0, stop_i
             else:
                 graph.replay()
                 logits = graph_logits
-    finally:
-        patches.close()
-        model.config._attn_implementation = saved_impl
-        if saved_device is not None:
-            torch.cuda.set_device(saved_device)
     return _completions(out_tok.tolist(), out_lp.tolist(), stops, n)

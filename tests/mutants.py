@@ -156,7 +156,8 @@ MUTANTS = [
     ("samples-not-prompt-major", "sampler.py", "sample",
      "rows = [p for p in prompts for _ in range(n)]", "rows = [p for _ in range(n) for p in prompts]", SAMPLER),
     ("decode-writes-cache-slot-0", "sampler.py", "StaticKV.update", "self.pos.view(1)", "self.steps[:1]", SAMPLER_FAST),
-    ("fused-forwards-left-patched", "sampler.py", "fused_layers", "del m.forward", "pass", SAMPLER_FAST),
+    ("fused-forwards-left-patched", "sampler.py", "fused_layers", "delattr(obj, name) if old is None else ", "",
+     SAMPLER_FAST),
     # workflows.py
     ("evalopt-final-is-first-attempt", "workflows.py", "_evalopt",
      "eps[i].final = t.text", "eps[i].final = eps[i].final or t.text", WORKFLOWS),
