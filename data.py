@@ -37,8 +37,7 @@ def _math_answer(value) -> str:
 
 
 def _text(row: dict, key: str) -> str:
-    v = row.get(key)
-    if not isinstance(v, str) or not v.strip():
+    if not isinstance(v := row.get(key), str) or not v.strip():
         raise ValueError(f"field {key!r} must be a non-empty string")
     return v.replace("\r\n", "\n")
 
@@ -85,8 +84,7 @@ def _parse_row(row: dict) -> tuple[str, dict]:
         if isinstance(row.get("canonical_solution"), str):
             p["solution"] = prompt + row["canonical_solution"]
         return "HumanEval", p
-    io = row.get("io_tests")
-    if io is None and isinstance(row.get("input_output"), str):  # APPS / TACO style
+    if (io := row.get("io_tests")) is None and isinstance(row.get("input_output"), str):  # APPS / TACO style
         io = json.loads(row["input_output"])
     if io is None and "inputs" in keys and "outputs" in keys:
         io = row

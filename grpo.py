@@ -70,8 +70,7 @@ def token_weights(roles, lengths, mode="seq-mean-token-mean", role_weights=None)
         else:
             weights[i] = 1.0 / (len(per_role) * per_role[roles[i]] * lengths[i])
         weights[i] *= (role_weights or {}).get(roles[i], 1.0)  # x 1.0 is exact: no role weights, no change
-    total = sum(weights[i] * lengths[i] for i in live)
-    if total <= 0:
+    if (total := sum(weights[i] * lengths[i] for i in live)) <= 0:
         raise ValueError(f"role weights {role_weights} leave no weight on the batch")
     weights = [w / total for w in weights]
     return weights, {role: sum(weights[i] * lengths[i] for i in live if roles[i] == role) for role in per_role}
@@ -158,8 +157,7 @@ def check_logits(model, tokens=32):
     # mean, not max: bf16 rounding (one ulp of a logit near 20 is 0.125; Gemma-2's forward soft-caps in
     # bf16, ours in fp32) moves single log-probs by up to ~0.1 (mean 0.03 on a bf16 Gemma-2 with logits
     # near 30, measured on CPU); a missing scale or soft-cap moves those of a real model by nats
-    gap = float((ours - theirs).abs().mean())
-    if gap > 0.5:
+    if (gap := float((ours - theirs).abs().mean())) > 0.5:
         raise ValueError(f"{type(model).__name__}: its forward post-processes the logits in a way grpo.output_head "
                          f"does not know (log-probs differ by {gap:.3g} on average); not supported")
 

@@ -116,8 +116,7 @@ def parse_verdict(text):
 def parse_choice(text, n):
     """(choice in 1..n, how): the last \\boxed{N} with N in range ('boxed'); else the first number
     in 1..n anywhere in the text ('digit'); else 1 ('default'), as the reference's fallbacks."""
-    boxed = [int(m) for m in _BOXED_INT.findall(text) if 1 <= int(m) <= n]
-    if boxed:
+    if boxed := [int(m) for m in _BOXED_INT.findall(text) if 1 <= int(m) <= n]:
         return boxed[-1], "boxed"
     first = next((int(m) for m in re.findall(r"(?<!\d)\d+(?!\d)", text) if 1 <= int(m) <= n), None)
     return (first, "digit") if first else (1, "default")
