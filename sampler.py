@@ -17,16 +17,15 @@ preallocated KV cache, the decode step captured as a CUDA graph (one per batch s
 length bucket), attention that reads each key/value head once for its whole query group (HF's SDPA
 path copies the cache per query head when a mask is present), sampling in one Triton kernel with no
 host synchronisation per token (`draw_fused`), and the batch compacted when many rows are done.
-On CUDA the decoder's norms, MLPs and rotary embedding run torch.compile'd (`fused_layers`: about half
-the decode step's kernels; the whole step compiled was tried and dropped: two minutes of compiling and
-no faster on rollouts that stop at EOS, docs/benchmarks.md).
+Tried and dropped (docs/benchmarks.md): torch.compile of the whole decode step (two minutes of compiling,
+no faster on rollouts that stop at EOS) and of the decoder's norms, MLPs and rotary only (half the kernels,
+16-21% faster steps at 64-512 rows, 3% on a whole rollout call: not worth its code).
 It gives the simple path's greedy tokens (allowing for bf16 ties) and samples from the same
 distribution (tests/test_sampler.py).
 
 Left out: beam search, repetition penalties, speculative decoding, paged attention.
 """
 import contextlib
-import functools
 import inspect
 from dataclasses import dataclass
 
@@ -85,21 +84,21 @@ def pick(logits, temperature, top_k, top_p, generator):
 
 @torch.no_grad()
 def sample(model, prompts, n=1, max_new_tokens=256, temperature=1.0, top_p=1.0, top_k=0,
-           stop_ids=(), pad_id=0, generator=None, min_new_tokens=0, fast=None, fuse=None):
+           stop_ids=(), pad_id=0, generator=None, min_new_tokens=0, fast=None):
     """Sample n completions for each prompt (a list of token-id lists).
 
     Returns P * n Completions, prompt-major (row i*n + j is sample j of prompt i). `generator`
     (a torch.Generator on the model's device) makes sampling reproducible; greedy when
     temperature == 0. `min_new_tokens` masks the stop ids until that many tokens exist (used by
     benchmarks to force a fixed length, as `generate(min_new_tokens=...)` does). `fast` picks
-    sample_fast (default: on CUDA when top_k and top_p are off); `fuse` is sample_fast's."""
+    sample_fast (default: on CUDA when top_k and top_p are off)."""
     device = next(model.parameters()).device
     if fast is None:  # the fast path builds full-attention masks only (no sliding-window layers)
         layer_types = getattr(model.config.get_text_config(), "layer_types", None) or ["full_attention"]
         fast = device.type == "cuda" and top_p >= 1.0 and not top_k and set(layer_types) == {"full_attention"}
     if fast:
         return sample_fast(model, prompts, n, max_new_tokens, temperature, stop_ids, pad_id, generator,
-                           min_new_tokens, fuse=fuse)
+                           min_new_tokens)
     rows = [p for p in prompts for _ in range(n)]
     if not rows:
         return []
@@ -197,20 +196,7 @@ def gqa_attention(module, query, key, value, attention_mask, scaling=None, dropo
 AttentionInterface.register("gqa_static", gqa_attention)
 
 
-def draw(logits, temperature, generator):
-    """Sample on the device without host sync: argmax of log p - log(Exp(1) noise) (the Gumbel-max
-    trick) draws exactly from softmax(logits / T). Returns (tokens, log-probs at temperature T).
-    The reference for `draw_fused`, and what runs where Triton is missing (the CPU)."""
-    logp = torch.log_softmax(logits.float() / temperature if temperature else logits.float(), -1)
-    if temperature == 0:
-        tokens = logp.argmax(-1)
-    else:
-        noise = torch.empty_like(logp).exponential_(generator=generator)
-        tokens = noise.log_().neg_().add_(logp).argmax(-1)
-    return tokens, logp.gather(-1, tokens[:, None])[:, 0]
-
-
-try:  # Triton ships with CUDA builds of PyTorch; without it the fast path uses `draw`
+try:  # Triton ships with CUDA builds of PyTorch; without it the fast path draws with `pick`
     import triton
     import triton.language as tl
 except ImportError:
@@ -250,9 +236,10 @@ if triton is not None:
 
 
 def draw_fused(logits, temperature, seed):
-    """`draw` in one Triton kernel that reads the (bf16) logits once: no fp32 copy, no noise tensor.
-    `seed` (an int, a new one each step) keys the noise. Same distribution as `draw`; greedy gives
-    the same tokens (tests/test_sampler.py)."""
+    """Sample on the device without host sync, in one Triton kernel that reads the (bf16) logits once: the
+    argmax of log p + Gumbel noise (the Gumbel-max trick) draws exactly from softmax(logits / T). `seed` (an
+    int, a new one each step) keys the noise. Returns (tokens, log-probs at temperature T), as `pick` does
+    (the same distribution; greedy gives the same tokens: tests/test_sampler.py)."""
     logits = logits if logits.stride(-1) == 1 else logits.contiguous()
     rows, V = logits.shape
     tokens = torch.empty(rows, dtype=torch.long, device=logits.device)
@@ -262,43 +249,16 @@ def draw_fused(logits, temperature, seed):
     return tokens, logprobs
 
 
-_COMPILED = {}  # function -> its torch.compile'd copy, compiled once per process (and per input rank)
-
-
-@contextlib.contextmanager
-def fused_layers(model):
-    """While it is on, the decoder's RMSNorms, MLPs and rotary embedding run torch.compile'd copies of the
-    model's own code: each norm's ~8 elementwise kernels become 1, rotary's ~10 for q and k 1-2, SiLU-mul 1
-    (the 0.5B's decode step: 1,116 kernels -> 557, docs/benchmarks.md). Intermediate bf16 rounding is emulated
-    as eager rounds it; outputs still differ by reduction order (bf16 ties in greedy tokens, tests)."""
-    options = {"emulate_precision_casts": True}
-    compiled = lambda f: _COMPILED.setdefault(f, torch.compile(f, dynamic=True, options=options))
-    # (object, attribute, compiled copy): a module's forward as an instance attribute (nn.Module calls it)
-    patches = [(m, "forward", functools.partial(compiled(type(m).forward), m)) for m in model.modules()
-               if type(m).__name__.endswith(("RMSNorm", "MLP"))]
-    if hasattr(module := inspect.getmodule(type(model)), "apply_rotary_pos_emb"):
-        patches.append((module, "apply_rotary_pos_emb", compiled(module.apply_rotary_pos_emb)))
-    saved = [(obj, name, vars(obj).get(name)) for obj, name, _ in patches]  # None: not set on the object itself
-    for obj, name, new in patches:
-        setattr(obj, name, new)
-    try:
-        yield
-    finally:
-        for obj, name, old in saved:
-            delattr(obj, name) if old is None else setattr(obj, name, old)
-
-
 @torch.no_grad()
 def sample_fast(model, prompts, n=1, max_new_tokens=256, temperature=1.0, stop_ids=(), pad_id=0, generator=None,
-                min_new_tokens=0, cuda_graph=None, check_every=32, bucket=128, prefill_bytes=2**32, fuse=None):
+                min_new_tokens=0, cuda_graph=None, check_every=32, bucket=128, prefill_bytes=2**32):
     """`sample` for the GPU (same arguments and result, no top-k / top-p). cuda_graph defaults to
     True on CUDA; False runs the same code eagerly (how the CPU tests check it). Every
     `check_every` tokens the host looks once at how many rows are done: it stops when all are, and
     compacts the batch (a new graph for the smaller batch) when at most half are still running.
     Attention reads the cache up to the next multiple of `bucket` slots (a new graph per bucket).
     The prefill runs in row chunks so that an explicit-mask attention's (rows, heads, Lp, Lp)
-    scores stay under `prefill_bytes` (long Eval-Opt histories would otherwise not fit). `fuse` (default:
-    on CUDA) runs the decoder's small parts compiled, `fused_layers`."""
+    scores stay under `prefill_bytes` (long Eval-Opt histories would otherwise not fit)."""
     device = next(model.parameters()).device
     cuda_graph = device.type == "cuda" if cuda_graph is None else cuda_graph
     rows = [p for p in prompts for _ in range(n)]
@@ -316,8 +276,7 @@ def sample_fast(model, prompts, n=1, max_new_tokens=256, temperature=1.0, stop_i
     mask = F.pad(real, (0, L - Lp))  # decode mask (B, 1, 1, L), grows by one slot per token
     cache.length = Lp
     kw = {cache_kw(model): cache, "use_cache": True}
-    heads = model.config.get_text_config().num_attention_heads
-    chunk = max(1, prefill_bytes // (4 * heads * Lp * Lp))
+    chunk = max(1, prefill_bytes // (4 * model.config.get_text_config().num_attention_heads * Lp * Lp))
     patches = contextlib.ExitStack()  # what the call changes, undone when it ends (also on an error)
     patches.callback(setattr, model.config, "_attn_implementation", model.config._attn_implementation)
     model.config._attn_implementation = "gqa_static"
@@ -325,8 +284,6 @@ def sample_fast(model, prompts, n=1, max_new_tokens=256, temperature=1.0, stop_i
         patches.callback(torch.cuda.set_device, torch.cuda.current_device())
         torch.cuda.set_device(device)
     with patches:
-        if device.type == "cuda" if fuse is None else fuse:
-            patches.enter_context(fused_layers(model))
         logits = []
         for a in range(0, B, chunk):
             cache.first, cache.rows = a, min(chunk, B - a)
@@ -335,8 +292,8 @@ def sample_fast(model, prompts, n=1, max_new_tokens=256, temperature=1.0, stop_i
         logits = torch.cat(logits)
         cache.first, cache.rows = 0, B
         tok_in, pos_in = torch.zeros(B, 1, dtype=torch.long, device=device), positions[:, -1:].clone()
-        out_tok = torch.full((B, max_new_tokens), pad_id, dtype=torch.long, device=device)
-        out_lp = torch.zeros(B, max_new_tokens, device=device)
+        # each row's draws (int64, filled with pad ids) and log-probs (float32)
+        out_tok, out_lp = (torch.full((B, max_new_tokens), v, device=device) for v in (pad_id, 0.0))
         done = torch.zeros(B, dtype=torch.bool, device=device)
         active = torch.arange(B, device=device)  # original row of each batch row
         step_fn = lambda: model(input_ids=tok_in[:cache.rows], position_ids=pos_in[:cache.rows], **kw, attention_mask={
@@ -348,7 +305,8 @@ def sample_fast(model, prompts, n=1, max_new_tokens=256, temperature=1.0, stop_i
         for t in range(max_new_tokens):
             if t < min_new_tokens:
                 logits[:, stops] = float("-inf")
-            tok, lp = draw_fused(logits, temperature, seeds[t]) if fused else draw(logits, temperature, generator)
+            tok, lp = draw_fused(logits, temperature, seeds[t]) if fused else \
+                pick(logits.float(), temperature, 0, 1.0, generator)
             out_tok[active, t], out_lp[active, t] = tok, lp
             done[active] |= torch.isin(tok, stops)
             if t == max_new_tokens - 1:

@@ -277,8 +277,8 @@ def optimizer_step(model, adapter, rows, adv, old_lp, ref_lp, opt, args, stats):
     finite = sum_over_ranks(params, role_grads, finite)  # torchrun: every rank now holds the whole batch's gradient
     for role, grad in role_grads.items():
         stats[role]["grad_norms"].append(float(grad.norm()))
-        if finite and role in args.coherence_map:  # I6: damp the part of the role's gradient that repeats its history
-            scale = coherence_scale(opt.state, role, grad, args.coherence_map[role], args.coherence_window, stats[role])
+        if finite and (lam := role_value(args.coherence_map, role)):  # I6: damp what repeats the role's history
+            scale = coherence_scale(opt.state, role, grad, lam, args.coherence_window, stats[role])
             for p, g in zip(params, grad.split([p.numel() for p in params])):
                 p.grad.add_(g.view_as(p), alpha=scale - 1)  # the role's part times scale, the other roles' as they were
     norm = torch.nn.utils.clip_grad_norm_(params, args.grad_clip)
@@ -299,10 +299,8 @@ def coherence_scale(state, role, grad, lam, window, s):
     state (key "coherence/ROLE"), so checkpoints and --resume carry it. Logs cos and scale in `s`."""
     ema = state.get(f"coherence/{role}", torch.zeros_like(grad)).to(grad.device)
     cos = float(torch.nn.functional.cosine_similarity(grad, ema, dim=0))
-    scale = 1.0 - lam * min(max(cos, 0.0), 1.0)
-    tau = 1.0 - 1.0 / window
-    state[f"coherence/{role}"] = tau * ema + (1 - tau) * scale * grad
-    s["coherence"].append((cos, scale))
+    s["coherence"].append((cos, scale := 1.0 - lam * min(max(cos, 0.0), 1.0)))
+    state[f"coherence/{role}"] = (1 - 1 / window) * ema + (1 / window) * scale * grad  # tau = 1 - 1/window
     return scale
 
 
@@ -623,7 +621,7 @@ def parse_args(argv=None):
     p.add_argument("--clip-high", type=float, default=0.28, help="PPO clip above 1 (reference: 0.28)")
     p.add_argument("--dual-clip", type=float, default=3.0, help="dual-clip cap for negative advantages, 0 = off")
     p.add_argument("--kl", default="0", help="KL-to-base coefficient: one number, or per role: evaluator=0.05")
-    p.add_argument("--coherence", default=None, help="I6: per-role lambda in [0, 1], e.g. generator=0.5: scale the "
+    p.add_argument("--coherence", default=None, help="I6: lambda in [0, 1], one or per role (worker=0.5): scale a "
                    "role's gradient by 1 - lambda * max(0, cos(gradient, its EMA))")
     p.add_argument("--coherence-window", type=int, default=128, help="I6: the EMA's window, tau = 1 - 1/window")
     p.add_argument("--adv-mean-only", action="store_true", help="advantage r - mean without dividing by std")
@@ -654,9 +652,9 @@ def parse_args(argv=None):
     args.kl_coefs = parse_role_values(p, "--kl", args.kl, args.workflow, ">= 0")
     args.role_weight_map = parse_role_values(p, "--role-weights", args.role_weights, args.workflow, "> 0") \
         if args.role_weights else None
-    args.coherence_map = parse_role_values(p, "--coherence", args.coherence, args.workflow, ">= 0") if args.coherence else {}
-    if None in args.coherence_map or any(v > 1 for v in args.coherence_map.values()):
-        p.error(f"--coherence takes role=lambda pairs with lambda in [0, 1], got {args.coherence!r}")
+    args.coherence_map = parse_role_values(p, "--coherence", args.coherence or "0", args.workflow, ">= 0")
+    if max(args.coherence_map.values()) > 1:
+        p.error(f"--coherence takes lambdas in [0, 1], got {args.coherence!r}")
     args.command = ["train.py", *(sys.argv[1:] if argv is None else argv)]  # for config.json
     return args
 

@@ -10,7 +10,7 @@ row of MUTANTS: (name, file, function, pattern, replacement, tests). `function` 
 method name ("LoRALinear.scaling") or a module-level variable holding code as a string; `pattern` must occur exactly once in that function's source
 (found through ast, so unrelated code may move freely) and is replaced by `replacement`. When a
 refactor changes the line, the mutant reports an ERROR naming itself; update its pattern here.
-Every mutant gets a fresh copy of the *.py files and tests/ (never the working tree), then
+Every mutant gets a fresh copy of the *.py files, tests/ and bench/ (never the working tree), then
 `pytest -x` on its `tests` (files or node ids), and is reported as `killed by <the first failing
 test>` or SURVIVED. Before the mutants, the same tests must pass on the unmodified copy.
 The last line is `killed K of N mutants`; the exit status is 0 only when every mutant was killed.
@@ -51,7 +51,7 @@ TRAIN_COHERENCE = ids("test_train.py", "test_coherence_scale_by_hand", "test_coh
                       "test_coherence_lambda_0_is_bit_for_bit_and_the_ema_survives_resume")
 TRAIN_RESUME = ids("test_train.py", "test_resume_equals_uninterrupted_run")
 TRAIN_OLD_LOGPROBS = ids("test_train.py", "test_old_logprobs_are_recomputed_only_for_several_steps")
-SAMPLER = ids("test_sampler.py",  # not the torch.compile test: 10-20 s and only the fused_layers mutant needs it
+SAMPLER = ids("test_sampler.py",  # not the torch.compile test: 10-20 s and no mutant needs it
               "test_top_p_and_top_k_truncate_at_non_degenerate_values", "test_logprobs_equal_full_forward",
               "test_greedy_matches_generate_on_mixed_lengths", "test_min_new_tokens_forces_length_and_top_k_1_is_greedy")
 SAMPLER_FAST = ids("test_sampler.py", "test_fast_path_matches_simple_path_greedy_with_compaction")
@@ -144,7 +144,7 @@ MUTANTS = [
      "torch.zeros_like(grad)", TRAIN_COHERENCE),
     ("coherence-negative-cos-not-clamped", "train.py", "coherence_scale", "min(max(cos, 0.0), 1.0)", "min(cos, 1.0)",
      TRAIN_COHERENCE),
-    ("coherence-ema-of-the-raw-gradient", "train.py", "coherence_scale", "(1 - tau) * scale * grad", "(1 - tau) * grad",
+    ("coherence-ema-of-the-raw-gradient", "train.py", "coherence_scale", "(1 / window) * scale * grad", "(1 / window) * grad",
      TRAIN_COHERENCE),
     ("coherence-scale-not-applied", "train.py", "optimizer_step", "alpha=scale - 1", "alpha=0.0", TRAIN_COHERENCE),
     # sampler.py
@@ -156,8 +156,6 @@ MUTANTS = [
     ("samples-not-prompt-major", "sampler.py", "sample",
      "rows = [p for p in prompts for _ in range(n)]", "rows = [p for _ in range(n) for p in prompts]", SAMPLER),
     ("decode-writes-cache-slot-0", "sampler.py", "StaticKV.update", "self.pos.view(1)", "self.steps[:1]", SAMPLER_FAST),
-    ("fused-forwards-left-patched", "sampler.py", "fused_layers", "delattr(obj, name) if old is None else ", "",
-     SAMPLER_FAST),
     # workflows.py
     ("evalopt-final-is-first-attempt", "workflows.py", "_evalopt",
      "eps[i].final = t.text", "eps[i].final = eps[i].final or t.text", WORKFLOWS),
@@ -257,12 +255,13 @@ def mutate(source, name, file, function, pattern, replacement):
 
 
 def copy_repo(dest):
-    """The top-level *.py files and tests/ (no data, runs or caches): what the tests import and read."""
+    """The top-level *.py files, tests/ and bench/ (no data, runs or caches): what the tests import and read."""
     for f in os.listdir(ROOT):
         if f.endswith(".py"):
             shutil.copy2(os.path.join(ROOT, f), dest)
-    shutil.copytree(os.path.join(ROOT, "tests"), os.path.join(dest, "tests"),
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache"))
+    for folder in ("tests", "bench"):
+        shutil.copytree(os.path.join(ROOT, folder), os.path.join(dest, folder),
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache"))
 
 
 def run_tests(dest, tests, timeout):

@@ -1,5 +1,6 @@
 """Sampler against trusted references: model.generate for greedy tokens, one full forward pass
 for log-probs; plus seeding, stop handling, lengths and padding."""
+import contextlib
 import os
 import shutil
 
@@ -143,14 +144,13 @@ def test_empty_prompt_list_and_empty_prompt(tiny):
 
 # ---------------------------------------------------------------------------------- fast path
 
-@pytest.mark.parametrize("mode", [{}] + [pytest.param(m, marks=pytest.mark.skipif(
-    not (shutil.which("g++") or shutil.which("c++")), reason="torch.compile on CPU needs a C++ compiler"))
-    for m in ({"fuse": True},)])
-def test_fast_path_matches_simple_path_greedy_with_compaction(tiny, mode):
-    """fuse=True (torch.compile'd norms, MLPs and rotary: sampler.fused_layers, the default on CUDA) must give
-    the same tokens too; on CPU that is inductor's C++ backend, ~10 s.
-    After the call no module keeps a patched forward and the rotary function is the model's own again."""
+@pytest.mark.parametrize("fused", [False, pytest.param(True, marks=pytest.mark.skipif(
+    not (shutil.which("g++") or shutil.which("c++")), reason="torch.compile on CPU needs a C++ compiler"))])
+def test_fast_path_matches_simple_path_greedy_with_compaction(tiny, fused):
+    """fused: bench/sampler.py's fused_layers contender (torch.compile'd norms, MLPs and rotary; inductor's C++
+    backend on CPU, ~10 s) must give the same tokens too, and leave no patched forward or rotary behind."""
     import inspect
+    from bench.sampler import fused_layers
     from sampler import sample_fast
     model, tok = tiny
     rope = inspect.getmodule(type(model)).apply_rotary_pos_emb
@@ -158,9 +158,10 @@ def test_fast_path_matches_simple_path_greedy_with_compaction(tiny, mode):
     ref = sample(model, prompts(tok), n=2, max_new_tokens=30, temperature=0, stop_ids=eos,
                  pad_id=tok.pad_token_id)
     # check_every=4: the host looks every 4 tokens, so finished rows are compacted away mid-way
-    fast = sample_fast(model, prompts(tok), n=2, max_new_tokens=30, temperature=0, stop_ids=eos,
-                       pad_id=tok.pad_token_id, cuda_graph=False, check_every=4, bucket=8,
-                       prefill_bytes=4 * 4 * 40 * 40, **mode)  # prefill in chunks of ~4 rows
+    with fused_layers(model) if fused else contextlib.nullcontext():
+        fast = sample_fast(model, prompts(tok), n=2, max_new_tokens=30, temperature=0, stop_ids=eos,
+                           pad_id=tok.pad_token_id, cuda_graph=False, check_every=4, bucket=8,
+                           prefill_bytes=4 * 4 * 40 * 40)  # prefill in chunks of ~4 rows
     assert [c.tokens for c in fast] == [c.tokens for c in ref]
     assert [c.finish for c in fast] == [c.finish for c in ref]
     for a, b in zip(fast, ref):
@@ -195,10 +196,12 @@ def test_fast_path_with_cuda_graph_matches_simple_path_on_gpu():
     ref = sample(model, ps, n=2, max_new_tokens=40, temperature=0, stop_ids=eos,
                  pad_id=tok.pad_token_id, fast=False)
     # small buckets and frequent checks: several graphs (new lengths, compacted batches) per call
-    for mode in ({"fuse": False}, {"fuse": True}):  # fuse=True is the default on CUDA
-        fast = sample_fast(model, ps, n=2, max_new_tokens=40, temperature=0, stop_ids=eos,
-                           pad_id=tok.pad_token_id, check_every=4, bucket=16, **mode)
-        assert [c.tokens for c in fast] == [c.tokens for c in ref], mode
+    from bench.sampler import fused_layers
+    for fused in (False, True):  # True: bench/sampler.py's contender
+        with fused_layers(model) if fused else contextlib.nullcontext():
+            fast = sample_fast(model, ps, n=2, max_new_tokens=40, temperature=0, stop_ids=eos,
+                               pad_id=tok.pad_token_id, check_every=4, bucket=16)
+        assert [c.tokens for c in fast] == [c.tokens for c in ref], fused
         for a, b in zip(fast, ref):
             torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-4, rtol=0)
 
@@ -209,21 +212,21 @@ def _fused_available():
 
 
 @pytest.mark.skipif(not _fused_available(), reason="needs Triton on CUDA (or TRITON_INTERPRET=1)")
-def test_draw_fused_matches_draw():
-    """The one-kernel draw against the PyTorch reference: greedy tokens and log-probs equal on bf16
+def test_draw_fused_matches_pick():
+    """The one-kernel draw against the PyTorch path's `pick`: greedy tokens and log-probs equal on bf16
     logits whose vocabulary is not a multiple of the kernel's block; samples follow softmax(logits / T)
     (total variation from noise alone at 20000 draws: about 0.004, at most 0.009 over 200 seeds;
     T=1 instead of 0.7 gives 0.137); three equal favourites at the same column of three different
     blocks are drawn equally often (noise shared between blocks would favour the first); the same
     seed repeats, another does not."""
-    from sampler import draw, draw_fused
+    from sampler import draw_fused, pick
     device = "cuda" if torch.cuda.is_available() else "cpu"
     g = torch.Generator().manual_seed(0)
     logits = (torch.randn(5, 5000, generator=g) * 3).to(torch.bfloat16).to(device)
     logits[1, 4999] = 30  # the last column of the partial block
     logits[3, 17] = float("-inf")
     tok, lp = draw_fused(logits, 0, seed=1)
-    ref_tok, ref_lp = draw(logits, 0, None)
+    ref_tok, ref_lp = pick(logits.float(), 0, 0, 1.0, None)
     assert tok.tolist() == ref_tok.tolist() and tok[1] == 4999
     torch.testing.assert_close(lp, ref_lp, atol=1e-5, rtol=0)
     small = torch.tensor([1.0, 0.5, -1.0, 2.0, 0.0, float("-inf")], device=device)
