@@ -217,8 +217,8 @@ POLL_S = 5  # how often run_job looks for a new checkpoint to evaluate while tra
 
 
 def start(cmd, env, log):
-    """Write the command to the log, start it with its output into the log."""
-    log.write(f"$ {' '.join(cmd)}\n")
+    """Write the command to the log (BASE_EVAL by its name), start it with its output into the log."""
+    log.write(f"$ {' '.join('<BASE_EVAL of bench/campaign.py>' if c == BASE_EVAL else c for c in cmd)}\n")
     log.flush()
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
 
@@ -427,8 +427,8 @@ def main(argv=None):
                 print(f"[{stamp}] {job['name']:<24} gpu {job.get('gpu', '-')}: {status(job)}", flush=True)
     failed = [job["name"] for job in jobs if job["phase"].startswith("FAILED")]
     stopped = [job["name"] for job in jobs if job["phase"].startswith("stopped")]
-    for job in jobs:
-        if job["phase"].startswith("stopped"):
+    for job in jobs:  # a quick one may have ended before its first status line
+        if job["phase"].startswith(("stopped", "FAILED")):
             print(f"{job['name']}: {job['phase']}")
     print(f"campaign: {len(jobs) - len(failed) - len(stopped)} of {len(jobs)} run(s) finished -> {args.results}"
           + (f"; stopped (--until): {', '.join(stopped)}" if stopped else "")

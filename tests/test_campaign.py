@@ -1,8 +1,15 @@
 """bench/campaign.py without a GPU or a model: the record built from a fake run folder, run names, skipping
-runs already recorded, and the per-claim plots."""
+runs already recorded, the per-claim plots; run_job with fake train.py / eval.py processes (evaluation while
+training, --until, resuming with --steps); the base-only evaluation against eval.py's on the tiny model."""
 import importlib.util
 import json
 import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+import types
 
 import pytest
 
@@ -104,3 +111,227 @@ def test_step_breakdown_of_a_tiny_run(tmp_path):
     assert sum(r["rows"] for r in b["roles"].values()) == last["rows"]
     assert sum(r["tokens"] for r in b["roles"].values()) == sum(r["tokens"] for r in last["roles"].values())
     assert set(b["adapters"]) <= {"generator", "evaluator"}
+
+
+# --- run_job with fake train.py / eval.py processes: evaluation while training, --until, resume -------------
+
+def ckpts(d):
+    """The steps of d's step_N folders (not bench/campaign.py's checkpoint_steps: the fakes check it)."""
+    return sorted(int(n[5:]) for n in os.listdir(d) if re.fullmatch(r"step_\d+", n)) if os.path.isdir(d) else []
+
+
+class FakeProcesses:
+    """Stands in for subprocess.Popen in bench/campaign.py. A train.py process does one step per poll (its first
+    poll writes config.json), writes a checkpoint every --save-every steps as step_N.tmp, renamed TMP_POLLS
+    polls later; an eval (eval.py --run, or the base-only `python -c`) takes 3 polls, then appends the steps
+    it found at its start (step 0 and the finished checkpoints) to eval.jsonl, or fails with the next of
+    eval_rc (final_rc for one started after training). Checks as it goes: never two evaluations at once, none started while training without a step
+    to evaluate (a .tmp folder is not one), the base-only one only before the first checkpoint."""
+    TMP_POLLS = 4
+
+    def __init__(self, problems=4, n=1, eval_rc=(), train_rc=0, final_rc=0):
+        self.cmds, self.evals, self.training, self.eval_rc, self.train_rc = [], 0, None, list(eval_rc), train_rc
+        self.final_rc, self.history = final_rc, []  # (final: started after training, steps found, exit status)
+        self.settings, self.idle_with_tmp, self.started_while_training = {"problems": problems, "n": n,
+                                                                          "data": "builtin-test-seed0"}, 0, []
+
+    def __call__(self, cmd, **kw):
+        assert kw["cwd"] == campaign.ROOT and kw["stderr"] == subprocess.STDOUT
+        self.cmds.append(cmd)
+        return (self.Train if cmd[1] == "train.py" else self.Eval)(self, cmd)
+
+    def done(self, d):
+        return {r["step"] for r in campaign.read_jsonl(os.path.join(d, "eval.jsonl"))}
+
+    class Train:
+        def __init__(self, world, cmd):
+            self.w, self.cmd, self.polls, self.returncode, self.tmp = world, cmd, 0, None, None
+            self.out = cmd[cmd.index("--out") + 1]
+            self.target = int(cmd[len(cmd) - cmd[::-1].index("--steps")])  # the last --steps wins
+            self.every = int(cmd[cmd.index("--save-every") + 1]) if "--save-every" in cmd else \
+                json.load(open(os.path.join(self.out, "config.json")))["save_every"]
+            self.step = max(ckpts(self.out), default=0)
+            world.training = self
+
+        def poll(self):
+            self.polls += 1
+            if self.polls == 1:
+                os.makedirs(self.out, exist_ok=True)
+                (pathlib.Path(self.out) / "config.json").write_text(json.dumps(
+                    {"workflow": "single", "policy": "ip", "task": "math", "seed": 0, "data": None,
+                     "steps": self.target, "save_every": self.every, "model_used": "tiny"}))
+            elif self.tmp:
+                if self.w.evals == 0:
+                    self.w.idle_with_tmp += 1
+                if self.polls - self.tmp[1] >= self.w.TMP_POLLS:
+                    os.rename(self.tmp[0], self.tmp[0][:-4])
+                    self.tmp = None
+            elif self.step < self.target:
+                self.step += 1
+                with open(os.path.join(self.out, "metrics.jsonl"), "a") as f:
+                    f.write(json.dumps({"step": self.step, "reward_mean": 0.5, "skipped_steps": 0, "time":
+                                        {"total": 2.0}, "roles": {"generator": {"entropy": 0.3}}}) + "\n")
+                if self.step % self.every == 0 or self.step == self.target:
+                    os.makedirs(tmp := os.path.join(self.out, f"step_{self.step:06d}.tmp"))
+                    (pathlib.Path(tmp) / "generator.safetensors").write_text("weights")
+                    self.tmp = tmp, self.polls
+            else:
+                self.returncode, self.w.training = self.w.train_rc, None
+            return self.returncode
+
+    class Eval:
+        def __init__(self, world, cmd):
+            assert world.evals == 0, "two evaluations of a run at once"
+            self.w, self.cmd, self.polls, self.returncode, self.run = world, cmd, 0, None, cmd[3]
+            found = ckpts(self.run)
+            if cmd[1] == "-c":  # the base alone: only before the first checkpoint
+                assert cmd[2] == campaign.BASE_EVAL and not found
+            self.steps, self.final = {0, *found}, world.training is None
+            if world.training:
+                assert self.steps - world.done(self.run), f"nothing to evaluate: {cmd}"
+                world.started_while_training.append(cmd)
+            world.evals += 1
+
+        def poll(self):
+            self.polls += 1
+            if self.polls == 3:
+                self.w.evals -= 1
+                self.returncode = self.w.final_rc if self.final else self.w.eval_rc.pop(0) if self.w.eval_rc else 0
+                self.w.history.append((self.final, sorted(self.steps), self.returncode))
+                if not self.returncode:
+                    with open(os.path.join(self.run, "eval.jsonl"), "a") as f:
+                        f.writelines(json.dumps(eval_line(s, 0.2 + s / 100, **self.w.settings)) + "\n"
+                                     for s in sorted(self.steps - self.w.done(self.run)))
+            return self.returncode
+
+        def wait(self):
+            while self.poll() is None:
+                pass
+            return self.returncode
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    """-> make(**FakeProcesses options) installs them in bench/campaign.py (with no wait between polls)."""
+    def make(**kw):
+        world = FakeProcesses(**kw)
+        monkeypatch.setattr(campaign, "subprocess", types.SimpleNamespace(
+            Popen=world, STDOUT=subprocess.STDOUT, run=subprocess.run, CalledProcessError=subprocess.CalledProcessError))
+        monkeypatch.setattr(campaign, "POLL_S", 0)
+        return world
+    return make
+
+
+def campaign_main(tmp_path, *flags, steps=6):
+    """bench/campaign.py single-s0 on the tiny settings -> its exit status."""
+    with pytest.raises(SystemExit) as e:
+        campaign.main(["single-s0", "--gpus", "cpu", "--model", "tiny", "--train-data", "", "--eval-data", "",
+                       "--eval-problems", "4", "--eval-n", "1", "--eval-every", "2", "--status-every", "0.05",
+                       "--extra", f"--steps {steps} --problems 2", "--runs", str(tmp_path / "runs"),
+                       "--results", str(tmp_path / "c.jsonl"), *flags])
+    return e.value.code
+
+
+def test_evaluates_while_training(tmp_path, fake):
+    world = fake()
+    assert campaign_main(tmp_path) == 0
+    d = str(tmp_path / "runs" / "single-s0")
+    train, *evals = world.cmds
+    assert train[1] == "train.py" and train[-2:] == ["--out", d] and "--resume" not in train
+    # while training: the base alone (no checkpoint yet), then eval.py --run for the new checkpoints
+    assert world.started_while_training[0][1] == "-c" and len(world.started_while_training) >= 2
+    assert all(c[1:4] == ["eval.py", "--run", d] for c in world.started_while_training[1:])
+    assert world.idle_with_tmp > 0  # there were polls with only a .tmp folder new and no evaluation started
+    final = evals[-1]  # after training: the evaluate command once more, as before
+    assert final == [sys.executable, "eval.py", "--run", d, "--problems", "4", "--n", "1", "--no-plots"]
+    assert len(evals) == len(world.started_while_training) + 1
+    [r] = campaign.read_jsonl(tmp_path / "c.jsonl")
+    assert r["eval_while_training"] is True and [p["step"] for p in r["curve"]] == [0, 2, 4, 6]
+    assert r["steps_done"] == 6 and r["eval_command"] == " ".join(final[1:])
+    log = open(tmp_path / "runs" / "logs" / "single-s0.log").read()  # every command, in order
+    assert [line[2:] for line in log.splitlines() if line.startswith("$ ")] == [" ".join(c).replace(campaign.BASE_EVAL, "<BASE_EVAL of bench/campaign.py>") for c in world.cmds]
+
+
+def test_no_eval_while_training(tmp_path, fake):
+    world = fake()
+    assert campaign_main(tmp_path, "--no-eval-while-training") == 0
+    assert [c[1] for c in world.cmds] == ["train.py", "eval.py"] and not world.started_while_training
+    [r] = campaign.read_jsonl(tmp_path / "c.jsonl")
+    assert r["eval_while_training"] is False and [p["step"] for p in r["curve"]] == [0, 2, 4, 6]
+
+
+def test_a_failed_evaluation_while_training(tmp_path, fake, capsys):
+    world = fake(eval_rc=[1, 1])  # the base alone, then the first eval.py --run fail: training goes on
+    assert campaign_main(tmp_path) == 0
+    assert len(campaign.read_jsonl(tmp_path / "c.jsonl")) == 1
+    log = open(tmp_path / "runs" / "logs" / "single-s0.log").read()
+    assert log.count("evaluation while training exited with 1; training goes on") == 2
+    concurrent = [(steps, rc) for final, steps, rc in world.history if not final]
+    assert [rc for _, rc in concurrent[:3]] == [1, 1, 0]
+    for (steps, rc), (later, _) in zip(concurrent, concurrent[1:]):  # a failed one is retried on a new checkpoint
+        assert not rc or later != steps
+    # the final evaluation failing fails the run, as before; so does training (the final one is then not run)
+    for kw, phase in (({"final_rc": 1}, "FAILED in eval"), ({"train_rc": 1}, "FAILED in train")):
+        world = fake(**kw)
+        assert campaign_main(tmp_path, "--force") == 1
+        out = capsys.readouterr().out
+        assert f"single-s0: {phase} (see " in out and "failed: single-s0" in out
+        assert len(campaign.read_jsonl(tmp_path / "c.jsonl")) == 1  # --force replaces a record once it finishes
+        assert world.evals == 0 and [final for final, _, _ in world.history].count(True) == (phase.endswith("eval"))
+
+
+def test_until_then_finish(tmp_path, fake, capsys):
+    d = str(tmp_path / "runs" / "single-s0")
+    world = fake()
+    assert campaign_main(tmp_path, "--until", "2", steps=4) == 0
+    assert world.cmds[0][-4:] == ["--out", d, "--steps", "2"] and "--resume" not in world.cmds[0]
+    assert ckpts(d) == [2] and world.done(d) == {0, 2}  # evaluated, not recorded
+    assert not os.path.exists(tmp_path / "c.jsonl")
+    out = capsys.readouterr().out
+    assert "single-s0: stopped at step 2 (--until 2): no record" in out and "0 of 1 run(s) finished" in out
+    world = fake()  # the same call without --until: resumed to the run's steps, recorded
+    assert campaign_main(tmp_path, steps=4) == 0
+    assert world.cmds[0] == [sys.executable, "train.py", "--out", d, "--resume", "--steps", "4"]
+    [r] = campaign.read_jsonl(tmp_path / "c.jsonl")
+    assert [p["step"] for p in r["curve"]] == [0, 2, 4] and r["steps"] == 4 and r["steps_done"] == 4
+    assert "--resume" not in r["command"] and r["command"].endswith(f"--steps 4 --problems 2 --out {d}")
+    world = fake()  # recorded: skipped
+    assert campaign_main(tmp_path, steps=4) == 0 and not world.cmds
+
+
+def test_until_resumes_a_run_with_a_checkpoint(tmp_path, fake):
+    d = str(tmp_path / "runs" / "single-s0")
+    fake()
+    campaign_main(tmp_path, "--until", "2", steps=6)
+    world = fake()
+    assert campaign_main(tmp_path, "--until", "4", steps=6) == 0
+    assert world.cmds[0] == [sys.executable, "train.py", "--out", d, "--resume", "--steps", "4"]
+    assert ckpts(d) == [2, 4] and world.done(d) == {0, 2, 4}
+
+
+@pytest.mark.parametrize("until", ["3", "6", "8", "0"])
+def test_until_refused(tmp_path, fake, capsys, until):
+    world = fake()
+    assert campaign_main(tmp_path, "--until", until) == 2 and not world.cmds
+    err = capsys.readouterr().err
+    assert err == f"error: --until {until} must be a multiple of --eval-every 2 below the run's 6 steps\n"
+
+
+def test_base_evaluation_is_eval_pys(tmp_path, capsys, monkeypatch):
+    """BASE_EVAL (step 0 before the first checkpoint) writes the line `eval.py --run` writes for step 0, which
+    then skips it."""
+    import eval as evaluation
+    import train
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    train.main(["--model", "tiny", "--steps", "1", "--problems", "2", "--group", "2", "--max-new-tokens", "6",
+                "--device", "cpu", "--out", a])
+    shutil.copytree(a, b)
+    flags = ["--problems", "3", "--n", "2", "--no-plots", "--device", "cpu"]
+    monkeypatch.setattr(sys, "argv", ["-c", a, *flags])  # as `python -c BASE_EVAL a FLAGS` sees them
+    exec(campaign.BASE_EVAL, {})
+    [base] = campaign.read_jsonl(os.path.join(a, "eval.jsonl"))
+    evaluation.main(["--run", b, *flags])
+    assert base == campaign.read_jsonl(os.path.join(b, "eval.jsonl"))[0] and base["step"] == 0
+    evaluation.main(["--run", a, *flags])
+    assert "step 0: already in" in capsys.readouterr().out
+    assert [r["step"] for r in campaign.read_jsonl(os.path.join(a, "eval.jsonl"))] == [0, 1]
