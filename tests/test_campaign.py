@@ -11,6 +11,7 @@ import subprocess
 import sys
 import types
 
+import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -335,3 +336,131 @@ def test_base_evaluation_is_eval_pys(tmp_path, capsys, monkeypatch):
     evaluation.main(["--run", a, *flags])
     assert "step 0: already in" in capsys.readouterr().out
     assert [r["step"] for r in campaign.read_jsonl(os.path.join(a, "eval.jsonl"))] == [0, 1]
+
+
+# --- bench/carry.sh: a run folder's last checkpoint from one GPU session to the next ------------------------
+
+def carry(*args, env, ok=True):
+    """bash bench/carry.sh ARGS -> stdout; ok=False: it must fail with one line on stderr -> that line."""
+    p = subprocess.run(["bash", os.path.join(ROOT, "bench", "carry.sh"), *map(str, args)], env={**os.environ, **env},
+                       capture_output=True, text=True)
+    if ok:
+        assert p.returncode == 0 and not p.stderr, p.stderr
+        return p.stdout
+    assert p.returncode != 0 and p.stderr.count("\n") == 1 and p.stderr.startswith("carry.sh: error: "), p.stderr
+    return p.stderr
+
+
+@pytest.fixture
+def carried(tmp_path):
+    """A fake run folder (a few KiB: two checkpoints and one being written) packed in parts of 1000 bytes,
+    brought out batch by batch, and kept in a checkout's .carry/ -> (run folder, env, the batches)."""
+    rng = np.random.default_rng(0)
+    run = tmp_path / "runs" / "voting-ip-s0"
+    for path, size in (("config.json", 900), ("metrics.jsonl", 3000), ("samples.txt", 2500), ("eval.jsonl", 1200),
+                       ("step_000020/generator.safetensors", 4000), ("step_000020/state.pt", 6000),
+                       ("step_000040/generator.safetensors", 4000), ("step_000040/voter.safetensors", 4000),
+                       ("step_000040/state.pt", 8000), ("step_000060.tmp/state.pt", 5000)):
+        (run / path).parent.mkdir(parents=True, exist_ok=True)
+        (run / path).write_bytes(rng.bytes(size))
+    (tmp_path / "checkout" / ".git" / "info").mkdir(parents=True)
+    (tmp_path / "checkout" / ".git" / "info" / "exclude").write_text("# git ls-files --others --exclude-from\n/.whl/")
+    env = {"CARRY_PART_BYTES": "1000", "CARRY_ROOT": str(tmp_path / "checkout")}
+    out = carry("pack", run, tmp_path / "gpu" / "carry", env=env)
+    parts = sorted(f for f in os.listdir(tmp_path / "gpu" / "carry") if ".tar." in f)
+    assert parts[0] == "voting-ip-s0.tar.000" and out.startswith(f"voting-ip-s0: {len(parts)} parts, sha256 ")
+    batches = []
+    while True:
+        d = tmp_path / "device" / str(len(batches))  # where the device tool puts a call's $OUT
+        d.mkdir(parents=True)
+        if len(batches) == -(-(len(parts) - 7) // 8) + 1:
+            assert "has 4 batch(es), 0-3: no batch 4" in carry("out", "voting-ip-s0", len(batches), tmp_path / "gpu" /
+                                                               "carry", env={**env, "OUT": str(d)}, ok=False)
+            break
+        out = carry("out", "voting-ip-s0", len(batches), tmp_path / "gpu" / "carry", env={**env, "OUT": str(d)})
+        assert out.startswith(f"voting-ip-s0: batch {len(batches)} of 4 (0-3): copied ")
+        batches.append(sorted(os.listdir(d)))
+    out = carry("keep", "voting-ip-s0", *sorted((tmp_path / "device").iterdir()), env=env)
+    assert out.startswith(f"voting-ip-s0: kept {len(parts) + 1} file(s)")
+    carry("keep", "voting-ip-s0", tmp_path / "device" / "0", env=env)  # again: the same files, nothing changes
+    return run, env, batches
+
+
+def test_carry_round_trip(tmp_path, carried):
+    run, env, batches = carried
+    checkout, kept = tmp_path / "checkout", tmp_path / "checkout" / ".carry" / "voting-ip-s0"
+    parts = sorted(f for f in os.listdir(kept) if ".tar." in f)
+    n = len(parts)  # the tar of 4 files and the last checkpoint (3 files), ~30 KB, in parts of 1000 bytes
+    assert 24 <= n <= 31 and batches == [["voting-ip-s0.sha256"] + parts[:7], parts[7:15], parts[15:23], parts[23:]]
+    assert (checkout / ".git" / "info" / "exclude").read_text().splitlines()[-2:] == ["/.whl/", "/.carry/"]
+    assert carry("check", "voting-ip-s0", env=env).startswith(f"voting-ip-s0: ok, {n} parts (000-{n - 1:03d}), sha256 ")
+    plan = carry("plan", "voting-ip-s0", env=env)
+    calls = [json.loads(line[len("  carry: "):]) for line in plan.splitlines() if line.startswith("  carry: ")]
+    assert len(calls) == -(-n // 3) and plan.count("bash bench/carry.sh in voting-ip-s0") == len(calls) + 1
+    assert calls[0] == [".carry/voting-ip-s0/voting-ip-s0.sha256"] + [f".carry/voting-ip-s0/{p}" for p in parts[:3]]
+    assert [p for c in calls for p in c if ".tar." in p] == [f".carry/voting-ip-s0/{p}" for p in parts]
+    # the next session: each call carries one list into the device's checkout, `in` moves it to CARRY_DIR
+    device = {**env, "CARRY_ROOT": str(tmp_path / "device-checkout")}
+    for i, paths in enumerate(calls):
+        (tmp_path / "device-checkout" / ".carry" / "voting-ip-s0").mkdir(parents=True, exist_ok=True)
+        for p in paths:
+            shutil.copy(checkout / p, tmp_path / "device-checkout" / p)
+        out = carry("in", "voting-ip-s0", tmp_path / "gpu2", env=device)
+        assert f"holds {min(n, 3 * i + 3)} part(s)" in out
+        assert not os.listdir(tmp_path / "device-checkout" / ".carry" / "voting-ip-s0")  # moved, not copied
+    assert "nothing carried" in carry("in", "voting-ip-s0", tmp_path / "gpu2", env=device, ok=False)
+    out = carry("unpack", "voting-ip-s0", tmp_path / "runs2", tmp_path / "gpu2", env=device)
+    assert out.startswith(f"voting-ip-s0: restored {tmp_path / 'runs2' / 'voting-ip-s0'} at step 40 (step_000040)")
+
+    def files(d):
+        return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+    original = files(run)
+    assert files(tmp_path / "runs2" / "voting-ip-s0") == \
+        {k: v for k, v in original.items() if not k.startswith(("step_000020", "step_000060"))}  # the last one only
+    assert "already holds checkpoint step_000040: not overwritten" in carry(
+        "unpack", "voting-ip-s0", tmp_path / "runs2", tmp_path / "gpu2", env=device, ok=False)
+
+
+def test_carry_refuses_missing_or_corrupt_parts(tmp_path, carried):
+    run, env, _ = carried
+    kept = tmp_path / "checkout" / ".carry" / "voting-ip-s0"
+    device = {**env, "CARRY_ROOT": str(tmp_path / "checkout")}
+    parts = sorted(f for f in os.listdir(kept) if ".tar." in f)
+    assert os.path.getsize(kept / parts[-1]) < 1000  # the tar's length is no multiple of 1000
+    (kept / parts[-1]).unlink()  # the last one: the rest are contiguous, but the sha256 differs
+    assert carry("check", "voting-ip-s0", env=env, ok=False).endswith(
+        f"(the last, {len(parts) - 2:03d}, is full size: parts after it may be missing)\n")
+    carry("keep", "voting-ip-s0", *(tmp_path / "device").iterdir(), env=env)
+    (kept / "voting-ip-s0.tar.004").unlink()
+    (kept / "voting-ip-s0.tar.011").unlink()
+    assert carry("check", "voting-ip-s0", env=env, ok=False).endswith(f"missing part(s) 004 011 of 000-{len(parts) - 1:03d}"
+                                                                      f" in {kept}\n")
+    assert "missing part(s) 004 011" in carry("plan", "voting-ip-s0", env=env, ok=False)
+    carry("keep", "voting-ip-s0", *(tmp_path / "device").iterdir(), env=env)
+    data = bytearray((kept / "voting-ip-s0.tar.017").read_bytes())
+    data[10] ^= 1
+    (kept / "voting-ip-s0.tar.017").write_bytes(bytes(data))
+    err = carry("check", "voting-ip-s0", env=env, ok=False)
+    assert "have sha256 " in err and "may be missing" not in err  # all there, the last one short
+    assert "differs from" in carry("keep", "voting-ip-s0", tmp_path / "device" / "2", env=env, ok=False)
+    # unpack on the GPU machine checks too (everything carried in at once here); nothing is unpacked
+    carry("in", "voting-ip-s0", tmp_path / "gpu2", env=device)
+    assert "have sha256 " in carry("unpack", "voting-ip-s0", tmp_path / "runs2", tmp_path / "gpu2", env=device,
+                                   ok=False)
+    os.remove(tmp_path / "gpu2" / "voting-ip-s0" / "voting-ip-s0.tar.017")
+    assert "missing part(s) 017" in carry("unpack", "voting-ip-s0", tmp_path / "runs2", tmp_path / "gpu2", env=device,
+                                          ok=False)
+    assert not (tmp_path / "runs2").exists()
+    # a different file under a name already carried in is not overwritten
+    kept.mkdir(exist_ok=True)
+    shutil.copy(tmp_path / "device" / "0" / "voting-ip-s0.tar.000", kept)
+    (tmp_path / "gpu2" / "voting-ip-s0" / "voting-ip-s0.tar.000").write_bytes(b"other")
+    assert "exists and differs" in carry("in", "voting-ip-s0", tmp_path / "gpu2", env=device, ok=False)
+    # pack: a folder without a checkpoint, a part size over $OUT's 16 MiB; out without $OUT
+    assert "parts must be 1 byte to 16 MiB" in carry("pack", run, tmp_path / "c", env={**env, "CARRY_PART_BYTES":
+                                                                                      "16777217"}, ok=False)
+    for step in ("step_000020", "step_000040"):
+        shutil.rmtree(run / step)
+    assert "holds no checkpoint" in carry("pack", run, tmp_path / "c", env=env, ok=False)  # a .tmp is none
+    assert "$OUT is not a folder" in carry("out", "voting-ip-s0", 0, tmp_path / "gpu" / "carry",
+                                           env={**env, "OUT": ""}, ok=False)
