@@ -216,9 +216,11 @@ print(f"step 0 (base): pass@1 {r['pass@1']:.3f} +- {r['pass@1_se']:.3f}")
 POLL_S = 5  # how often run_job looks for a new checkpoint to evaluate while training
 
 
-def start(cmd, env, log):
-    """Write the command to the log (BASE_EVAL by its name), start it with its output into the log."""
-    log.write(f"$ {' '.join('<BASE_EVAL of bench/campaign.py>' if c == BASE_EVAL else c for c in cmd)}\n")
+def start(cmd, env, log, beside=False):
+    """Write the command to the log (BASE_EVAL by its name), start it with its output into the log. `beside`
+    another process writing there (training's progress bar ends no line): on a line of its own."""
+    text = " ".join("<BASE_EVAL of bench/campaign.py>" if c == BASE_EVAL else c for c in cmd)
+    log.write(("\n" if beside else "") + f"$ {text}\n")
     log.flush()
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
 
@@ -233,7 +235,7 @@ def train_watching(job, train, evaluate, base_eval, env, log, args):
         rc = proc.poll()
         if ev is not None and ev.poll() is not None:
             if ev.returncode:
-                log.write(f"campaign: the evaluation while training exited with {ev.returncode}; training goes on\n")
+                log.write(f"\ncampaign: the evaluation while training exited with {ev.returncode}; training goes on\n")
                 log.flush()
                 failed_at = ev.ckpts
             ev = job["evaluating"] = None
@@ -243,7 +245,7 @@ def train_watching(job, train, evaluate, base_eval, env, log, args):
             ckpts = checkpoint_steps(d)
             done = evaluated_steps(d, args.eval_data, args.eval_problems, args.eval_n)
             if done is not None and {0, *ckpts} - done and ckpts != failed_at:
-                ev = start(evaluate if ckpts else base_eval, env, log)
+                ev = start(evaluate if ckpts else base_eval, env, log, beside=True)
                 ev.ckpts, job["evaluating"] = ckpts, ckpts[-1] if ckpts else 0
         time.sleep(POLL_S)
     if ev is not None:
