@@ -16,9 +16,9 @@ checkpoint), then `eval.py --run DIR --data EVAL --problems P --n N`, which scor
 checkpoint. While train.py runs, each new checkpoint is evaluated by the same command (one at a time, in
 the run's own log, never a .tmp folder being written; before the first checkpoint, which eval.py --run
 needs, step 0 alone by eval.py's own functions once config.json exists); a failed one is logged, training
-goes on. After training the command runs once
-more for what is left, as the record's eval_wall_s (eval_while_training: true; --no-eval-while-training
-evaluates only after training). --until STEP (a multiple of --eval-every below the run's steps) trains
+goes on. After training the command runs once more for what is left, timed as the record's eval_wall_s
+(with the wait for one still running; eval_while_training: true; --no-eval-while-training evaluates only
+after training). --until STEP (a multiple of --eval-every below the run's steps) trains
 only to STEP (`--steps STEP`, or `--resume --steps STEP`), evaluates, and writes no record: a later call
 without it resumes the folder and finishes it (with --no-cosine the lr does not depend on --steps once the
 warm-up cap --steps / 4 is the same, so this equals training straight through; train.py's resume is exact).
@@ -388,8 +388,6 @@ def main(argv=None):
             print(f"{name}: already in {args.results}, skipped (--force reruns it)")
             continue
         d = os.path.join(args.runs, name)
-        if args.force:
-            shutil.rmtree(d, ignore_errors=True)
         flags = GRID + CONFIGS[config] + args.extra.split()
         steps, warmup = (int(flags[len(flags) - flags[::-1].index(f)]) for f in ("--steps", "--warmup"))  # the last wins
         if args.until is not None and (args.until < 1 or args.until % args.eval_every or args.until >= steps):
@@ -401,6 +399,8 @@ def main(argv=None):
                   f"{min(warmup, steps // 4)}: the resumed run will differ from one trained straight to {steps}")
         jobs.append({"name": name, "config": config, "seed": seed, "dir": d, "phase": "queued", "steps": steps,
                      "target": args.until or steps})
+    for job in jobs if args.force else []:  # after every check
+        shutil.rmtree(job["dir"], ignore_errors=True)
     todo, lock = queue.Queue(), threading.Lock()
     list(map(todo.put, jobs))
 

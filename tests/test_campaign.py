@@ -313,7 +313,9 @@ def test_until_resumes_a_run_with_a_checkpoint(tmp_path, fake):
 @pytest.mark.parametrize("until", ["3", "6", "8", "0"])
 def test_until_refused(tmp_path, fake, capsys, until):
     world = fake()
-    assert campaign_main(tmp_path, "--until", until) == 2 and not world.cmds
+    (tmp_path / "runs" / "single-s0").mkdir(parents=True)
+    assert campaign_main(tmp_path, "--until", until, "--force") == 2 and not world.cmds
+    assert (tmp_path / "runs" / "single-s0").is_dir()  # refused before --force removes anything
     err = capsys.readouterr().err
     assert err == f"error: --until {until} must be a multiple of --eval-every 2 below the run's 6 steps\n"
 
