@@ -3,21 +3,34 @@ evaluate every checkpoint, append one JSON record per finished run to docs/resul
 
     python bench/campaign.py single-s0 single-s1 --gpus 0 --per-gpu 2      # two runs side by side on GPU 0
     python bench/campaign.py voting-ip-merged-s0 --gpus 0,1 --runs /root/runs --logs /root/logs
+    python bench/campaign.py voting-ip-s0 --runs /root/runs --until 40     # to step 40 only, no record yet
+    python bench/campaign.py voting-ip-s0 --runs /root/runs                # later: resumes it to 100, records
     python bench/campaign.py --plot                                        # one PNG per claim from the file
     python bench/campaign.py --list                                        # the configurations and the grid
 
 A run name is CONFIG-sSEED (CONFIG from CONFIGS below). Every run gets the GRID flags (the fixed settings
 of the 0.5B grid), then its config's own flags, then --extra (e.g. a tiny smoke test: --model tiny
 --extra "--steps 4 --problems 2 --group 4 --max-new-tokens 24"). Each run is its own process:
-`train.py ... --save-every EVAL_EVERY` (or `--resume` when its folder holds a checkpoint), then
-`eval.py --run DIR --data EVAL --problems P --n N`, which scores step 0 (base) and every checkpoint.
+`train.py ... --save-every EVAL_EVERY` (or `train.py --out DIR --resume --steps STEPS` when its folder holds a
+checkpoint), then `eval.py --run DIR --data EVAL --problems P --n N`, which scores step 0 (base) and every
+checkpoint. While train.py runs, each new checkpoint is evaluated by the same command (one at a time, in
+the run's own log, never a .tmp folder being written; before the first checkpoint, which eval.py --run
+needs, step 0 alone by eval.py's own functions once config.json exists); a failed one is logged, training
+goes on. After training the command runs once more for what is left, timed as the record's eval_wall_s
+(with the wait for one still running; eval_while_training: true; --no-eval-while-training evaluates only
+after training). --until STEP (a multiple of --eval-every below the run's steps) trains
+only to STEP (`--steps STEP`, or `--resume --steps STEP`), evaluates, and writes no record: a later call
+without it resumes the folder and finishes it (with --no-cosine the lr does not depend on --steps once the
+warm-up cap --steps / 4 is the same, so this equals training straight through; train.py's resume is exact).
+bench/carry.sh takes a run folder's last checkpoint from one GPU session to the next (its header says how).
 --per-gpu K runs K at once per GPU (CUDA_VISIBLE_DEVICES, expandable segments). A run whose
 (config, seed, model) is already in the results file is skipped unless --force (which replaces it).
-Logs: LOGS/NAME.log; a status line per running run every --status-every seconds.
+Logs: LOGS/NAME.log (every command and its output); a status line per running run every --status-every s.
 
-Left out: multi-GPU runs (torchrun) for one configuration, evaluating while training, retrying a failed
-run (its log says why; the next call resumes it from its last checkpoint), --transfer evaluations (C2's
-single-agent-in-every-role rows: eval.py --transfer on a finished single run, by hand for now).
+Left out: multi-GPU runs (torchrun) for one configuration, retrying a failed run (its log says why; the next
+call resumes it from its last checkpoint), --transfer evaluations (C2's single-agent-in-every-role rows:
+eval.py --transfer on a finished single run, by hand for now), stopping a run's concurrent evaluation when
+training fails (run_job waits for it: what it writes is kept for the next call).
 """
 import argparse
 import datetime
@@ -105,9 +118,7 @@ def build_record(run_dir, name, model_name, eval_data, eval_problems, eval_n, ex
     lines with these evaluation settings (one per step; a later line for a step wins)."""
     with open(os.path.join(run_dir, "config.json")) as f:
         config = json.load(f)
-    evals = {r["step"]: r for r in read_jsonl(os.path.join(run_dir, "eval.jsonl"))
-             if r["settings"]["problems"] == eval_problems and r["settings"]["n"] == eval_n
-             and data_name(r["settings"]["data"]) == data_name(eval_data)}
+    evals = evals_for(run_dir, eval_data, eval_problems, eval_n)
     if 0 not in evals or len(evals) < 2:
         raise ValueError(f"{run_dir}: eval.jsonl lacks the base or every checkpoint for these settings")
     curve = [{"step": s, "pass@1": r["pass@1"], "se": r["pass@1_se"]} for s, r in sorted(evals.items())]
@@ -135,49 +146,154 @@ def build_record(run_dir, name, model_name, eval_data, eval_problems, eval_n, ex
 
 def status(job):
     """'train step 37/100, 5.1 s/step, ~5.4 min left' from the run's files."""
+    try:
+        return phase_status(job)
+    except (OSError, ValueError, KeyError):  # a line being written
+        return job["phase"]
+
+
+def phase_status(job):
     if job["phase"] == "train":
         metrics = read_jsonl(os.path.join(job["dir"], "metrics.jsonl"))
         if not metrics:
             return "train starting"
         t = statistics.mean(m["time"]["total"] for m in metrics[-10:])
-        return (f"train step {metrics[-1]['step']}/{job['steps']}, {t:.1f} s/step, "
-                f"~{(job['steps'] - metrics[-1]['step']) * t / 60:.1f} min left")
+        return (f"train step {metrics[-1]['step']}/{job['target']}, {t:.1f} s/step, "
+                f"~{(job['target'] - metrics[-1]['step']) * t / 60:.1f} min left"
+                + (f"; evaluating (checkpoints up to step {job['evaluating']})" if job.get("evaluating") is not None
+                   else ""))
     if job["phase"] == "eval":
         return f"eval, {len(read_jsonl(os.path.join(job['dir'], 'eval.jsonl')))} evaluation(s) written"
     return job["phase"]
 
 
+def checkpoint_steps(run_dir):
+    """The steps of run_dir's finished checkpoints (step_NNNNNN folders; step_NNNNNN.tmp is being written)."""
+    try:
+        names = os.listdir(run_dir)
+    except OSError:
+        return []
+    return sorted(int(n[5:]) for n in names if n.startswith("step_") and n[5:].isdigit()
+                  and os.path.isdir(os.path.join(run_dir, n)))
+
+
+def evaluated_steps(run_dir, eval_data, eval_problems, eval_n):
+    """The steps in run_dir/eval.jsonl with these settings; None while a line is being written (read again later)."""
+    try:
+        return set(evals_for(run_dir, eval_data, eval_problems, eval_n))
+    except ValueError:
+        return None
+
+
+def evals_for(run_dir, eval_data, eval_problems, eval_n):
+    """{step: eval.jsonl line} for these evaluation settings (a later line for a step wins)."""
+    return {r["step"]: r for r in read_jsonl(os.path.join(run_dir, "eval.jsonl"))
+            if r["settings"]["problems"] == eval_problems and r["settings"]["n"] == eval_n
+            and data_name(r["settings"]["data"]) == data_name(eval_data)}
+
+
+# Evaluates only the base (step 0) of a run that has no checkpoint yet, which `eval.py --run` refuses: its
+# settings and its eval.jsonl line as eval.py's main_run makes them (tests/test_campaign.py checks that
+# `eval.py --run` with the same flags then skips step 0), from eval.py's own functions.
+BASE_EVAL = """import json, os, sys
+import eval as E
+args = E.parse_args(['--run'] + sys.argv[1:])
+run = args.run
+config = json.load(open(os.path.join(run, 'config.json')))
+task, name = config['task'], args.model or config['model_used']
+s, problems = E.settings_and_problems(args, config, name, task)
+path = os.path.join(run, 'eval.jsonl')
+if any(r['step'] == 0 and r['settings'] == s for r in E.read_jsonl(path)):
+    sys.exit(print(f'step 0: already in {path}, skipped'))
+model, tok, _ = E.load_default_model(name, args.device)
+r = E.evaluate(model, tok, problems, s['workflow'], E.adapter_map(s['workflow'], 'base'), task,
+               **{k: s[k] for k in E.EVAL_KEYS})
+with open(path, 'a') as f:
+    f.write(json.dumps({'step': 0, 'checkpoint': 'base', 'workflow': s['workflow'], 'policy':
+                        config['policy'].upper(), 'task': task, 'model': name, 'settings': s, **r}) + chr(10))
+print(f"step 0 (base): pass@1 {r['pass@1']:.3f} +- {r['pass@1_se']:.3f}")
+"""
+POLL_S = 5  # how often run_job looks for a new checkpoint to evaluate while training
+
+
+def start(cmd, env, log, beside=False):
+    """Write the command to the log (BASE_EVAL by its name), start it with its output into the log. `beside`
+    another process writing there (training's progress bar ends no line): on a line of its own."""
+    text = " ".join("<BASE_EVAL of bench/campaign.py>" if c == BASE_EVAL else c for c in cmd)
+    log.write(("\n" if beside else "") + f"$ {text}\n")
+    log.flush()
+    return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+
+
+def train_watching(job, train, evaluate, base_eval, env, log, args):
+    """Run the training command; meanwhile (--eval-while-training) start `evaluate` whenever the run folder
+    holds a checkpoint that eval.jsonl lacks for these settings (`base_eval` for step 0 while there is no
+    checkpoint yet), one at a time. A failed evaluation is logged and leaves training alone (it is retried
+    when a new checkpoint appears). After training, wait for the one running -> train.py's exit status."""
+    d, proc, ev, failed_at = job["dir"], start(train, env, log), None, None
+    while True:
+        rc = proc.poll()
+        if ev is not None and ev.poll() is not None:
+            if ev.returncode:
+                log.write(f"\ncampaign: the evaluation while training exited with {ev.returncode}; training goes on\n")
+                log.flush()
+                failed_at = ev.ckpts
+            ev = job["evaluating"] = None
+        if rc is not None:
+            break
+        if ev is None and args.eval_while_training and os.path.exists(os.path.join(d, "config.json")):
+            ckpts = checkpoint_steps(d)
+            done = evaluated_steps(d, args.eval_data, args.eval_problems, args.eval_n)
+            if done is not None and {0, *ckpts} - done and ckpts != failed_at:
+                ev = start(evaluate if ckpts else base_eval, env, log, beside=True)
+                ev.ckpts, job["evaluating"] = ckpts, ckpts[-1] if ckpts else 0
+        time.sleep(POLL_S)
+    if ev is not None:
+        if ev.wait():
+            log.write(f"campaign: the evaluation while training exited with {ev.returncode}\n")
+        job["evaluating"] = None
+    return rc
+
+
 def run_job(job, gpu, args, lock):
-    """Train, evaluate, append the record; the phase is shown by the status loop."""
+    """Train (to --until, else to the end), evaluate, append the record (not under --until); the phase is
+    shown by the status loop."""
     env = {**os.environ, "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "PYTHONUNBUFFERED": "1"}
     if gpu != "cpu":
         env["CUDA_VISIBLE_DEVICES"] = gpu
-    d, py = job["dir"], sys.executable
+    d, py, target = job["dir"], sys.executable, args.until or job["steps"]
     fresh = [py, "train.py", "--model", args.model, *(["--data", args.train_data] if args.train_data else []),
              *GRID, *CONFIGS[job["config"]], "--seed", str(job["seed"]), "--save-every", str(args.eval_every),
              *args.extra.split(), "--out", d]
-    if os.path.exists(os.path.join(d, "config.json")) and any(f.startswith("step_") for f in os.listdir(d)):
-        train = [py, "train.py", "--out", d, "--resume"]  # an interrupted earlier call: continue it
+    if checkpoint_steps(d) and os.path.exists(os.path.join(d, "config.json")):
+        train = [py, "train.py", "--out", d, "--resume", "--steps", str(target)]  # an earlier call's: continue it
     else:
         shutil.rmtree(d, ignore_errors=True)  # nothing to resume (or --force)
-        train = fresh
-    evaluate = [py, "eval.py", "--run", d, "--problems", str(args.eval_problems), "--n", str(args.eval_n),
-                "--no-plots", *(["--data", args.eval_data] if args.eval_data else [])]
+        train = fresh + (["--steps", str(target)] if args.until else [])  # the last --steps wins
+    flags = ["--problems", str(args.eval_problems), "--n", str(args.eval_n), "--no-plots",
+             *(["--data", args.eval_data] if args.eval_data else [])]
+    evaluate = [py, "eval.py", "--run", d, *flags]
+    base_eval = [py, "-c", BASE_EVAL, d, *flags]
     t0 = time.time()
     with open(os.path.join(args.logs, job["name"] + ".log"), "a") as log:
-        for phase, cmd in (("train", train), ("eval", evaluate)):
-            job["phase"] = phase
-            log.write(f"$ {' '.join(cmd)}\n")
-            log.flush()
-            if subprocess.run(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT).returncode:
-                job["phase"] = f"FAILED in {phase} (see {log.name})"
-                return
-            job[phase + "_wall_s"] = round(time.time() - t0)
-            t0 = time.time()
+        job["phase"] = "train"
+        if train_watching(job, train, evaluate, base_eval, env, log, args):
+            job["phase"] = f"FAILED in train (see {log.name})"
+            return
+        job["train_wall_s"], t0 = round(time.time() - t0), time.time()
+        job["phase"] = "eval"
+        if start(evaluate, env, log).wait():
+            job["phase"] = f"FAILED in eval (see {log.name})"
+            return
+        job["eval_wall_s"] = round(time.time() - t0)  # after training: the wait for a running one included
+    if args.until:
+        job["phase"] = (f"stopped at step {max(checkpoint_steps(d), default=0)} (--until {args.until}): no record; "
+                        "the same command without --until finishes it")
+        return
     record = build_record(d, job["name"], args.model_name, args.eval_data, args.eval_problems, args.eval_n,
                           {"gpu": gpu_name(gpu), "runs_per_gpu": args.per_gpu, "train_wall_s": job["train_wall_s"],
-                           "eval_wall_s": job["eval_wall_s"], "command": " ".join(fresh[1:]),
-                           "eval_command": " ".join(evaluate[1:])})
+                           "eval_wall_s": job["eval_wall_s"], "eval_while_training": args.eval_while_training,
+                           "command": " ".join(fresh[1:]), "eval_command": " ".join(evaluate[1:])})
     with lock:  # replace an older record of the same run (--force), keep the rest
         keep = [r for r in read_jsonl(args.results) if key(r) != key(record)]
         os.makedirs(os.path.dirname(args.results) or ".", exist_ok=True)
@@ -241,6 +357,11 @@ def main(argv=None):
     p.add_argument("--eval-n", type=int, default=2)
     p.add_argument("--eval-every", type=int, default=20, help="checkpoint (= evaluation) cadence in steps")
     p.add_argument("--extra", default="", help="more train.py flags, after the grid's (they win)")
+    p.add_argument("--until", type=int, default=None, metavar="STEP", help="train only to STEP (a multiple of "
+                   "--eval-every, below the grid's steps), evaluate, write no record; a later call without it "
+                   "resumes and finishes the run")
+    p.add_argument("--no-eval-while-training", dest="eval_while_training", action="store_false",
+                   help="evaluate only after training (default: evaluate each new checkpoint while training)")
     p.add_argument("--runs", default=os.path.join(ROOT, "runs", "campaign"), help="run folders go here")
     p.add_argument("--logs", default=None, help="log folder (default: RUNS/logs)")
     p.add_argument("--results", default=RESULTS)
@@ -267,11 +388,19 @@ def main(argv=None):
             print(f"{name}: already in {args.results}, skipped (--force reruns it)")
             continue
         d = os.path.join(args.runs, name)
-        if args.force:
-            shutil.rmtree(d, ignore_errors=True)
         flags = GRID + CONFIGS[config] + args.extra.split()
-        steps = int(flags[len(flags) - 1 - flags[::-1].index("--steps") + 1])  # the last --steps wins
-        jobs.append({"name": name, "config": config, "seed": seed, "dir": d, "phase": "queued", "steps": steps})
+        steps, warmup = (int(flags[len(flags) - flags[::-1].index(f)]) for f in ("--steps", "--warmup"))  # the last wins
+        if args.until is not None and (args.until < 1 or args.until % args.eval_every or args.until >= steps):
+            print(f"error: --until {args.until} must be a multiple of --eval-every {args.eval_every} below the "
+                  f"run's {steps} steps", file=sys.stderr)
+            sys.exit(2)
+        if args.until and min(warmup, args.until // 4) != min(warmup, steps // 4):  # train.py's lr_factor
+            print(f"note: --until {args.until}: the warm-up is capped at {args.until // 4} steps instead of "
+                  f"{min(warmup, steps // 4)}: the resumed run will differ from one trained straight to {steps}")
+        jobs.append({"name": name, "config": config, "seed": seed, "dir": d, "phase": "queued", "steps": steps,
+                     "target": args.until or steps})
+    for job in jobs if args.force else []:  # after every check
+        shutil.rmtree(job["dir"], ignore_errors=True)
     todo, lock = queue.Queue(), threading.Lock()
     list(map(todo.put, jobs))
 
@@ -299,7 +428,12 @@ def main(argv=None):
             if job["phase"] != "queued":
                 print(f"[{stamp}] {job['name']:<24} gpu {job.get('gpu', '-')}: {status(job)}", flush=True)
     failed = [job["name"] for job in jobs if job["phase"].startswith("FAILED")]
-    print(f"campaign: {len(jobs) - len(failed)} of {len(jobs)} run(s) finished -> {args.results}"
+    stopped = [job["name"] for job in jobs if job["phase"].startswith("stopped")]
+    for job in jobs:  # a quick one may have ended before its first status line
+        if job["phase"].startswith(("stopped", "FAILED")):
+            print(f"{job['name']}: {job['phase']}")
+    print(f"campaign: {len(jobs) - len(failed) - len(stopped)} of {len(jobs)} run(s) finished -> {args.results}"
+          + (f"; stopped (--until): {', '.join(stopped)}" if stopped else "")
           + (f"; failed: {', '.join(failed)}" if failed else ""))
     sys.exit(1 if failed else 0)
 

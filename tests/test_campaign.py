@@ -1,9 +1,17 @@
 """bench/campaign.py without a GPU or a model: the record built from a fake run folder, run names, skipping
-runs already recorded, and the per-claim plots."""
+runs already recorded, the per-claim plots; run_job with fake train.py / eval.py processes (evaluation while
+training, --until, resuming with --steps); the base-only evaluation against eval.py's on the tiny model."""
 import importlib.util
 import json
 import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+import types
 
+import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -104,3 +112,357 @@ def test_step_breakdown_of_a_tiny_run(tmp_path):
     assert sum(r["rows"] for r in b["roles"].values()) == last["rows"]
     assert sum(r["tokens"] for r in b["roles"].values()) == sum(r["tokens"] for r in last["roles"].values())
     assert set(b["adapters"]) <= {"generator", "evaluator"}
+
+
+# --- run_job with fake train.py / eval.py processes: evaluation while training, --until, resume -------------
+
+def ckpts(d):
+    """The steps of d's step_N folders (not bench/campaign.py's checkpoint_steps: the fakes check it)."""
+    return sorted(int(n[5:]) for n in os.listdir(d) if re.fullmatch(r"step_\d+", n)) if os.path.isdir(d) else []
+
+
+class FakeProcesses:
+    """Stands in for subprocess.Popen in bench/campaign.py. A train.py process does one step per poll (its first
+    poll writes config.json), writes a checkpoint every --save-every steps as step_N.tmp, renamed TMP_POLLS
+    polls later; an eval (eval.py --run, or the base-only `python -c`) takes 3 polls, then appends the steps
+    it found at its start (step 0 and the finished checkpoints) to eval.jsonl, or fails with the next of
+    eval_rc (final_rc for one started after training). Checks as it goes: never two evaluations at once, none started while training without a step
+    to evaluate (a .tmp folder is not one), the base-only one only before the first checkpoint."""
+    TMP_POLLS = 4
+
+    def __init__(self, problems=4, n=1, eval_rc=(), train_rc=0, final_rc=0):
+        self.cmds, self.evals, self.training, self.eval_rc, self.train_rc = [], 0, None, list(eval_rc), train_rc
+        self.final_rc, self.history = final_rc, []  # (final: started after training, steps found, exit status)
+        self.settings, self.idle_with_tmp, self.started_while_training = {"problems": problems, "n": n,
+                                                                          "data": "builtin-test-seed0"}, 0, []
+
+    def __call__(self, cmd, **kw):
+        assert kw["cwd"] == campaign.ROOT and kw["stderr"] == subprocess.STDOUT
+        self.cmds.append(cmd)
+        return (self.Train if cmd[1] == "train.py" else self.Eval)(self, cmd)
+
+    def done(self, d):
+        return {r["step"] for r in campaign.read_jsonl(os.path.join(d, "eval.jsonl"))}
+
+    class Train:
+        def __init__(self, world, cmd):
+            self.w, self.cmd, self.polls, self.returncode, self.tmp = world, cmd, 0, None, None
+            self.out = cmd[cmd.index("--out") + 1]
+            self.target = int(cmd[len(cmd) - cmd[::-1].index("--steps")])  # the last --steps wins
+            self.every = int(cmd[cmd.index("--save-every") + 1]) if "--save-every" in cmd else \
+                json.load(open(os.path.join(self.out, "config.json")))["save_every"]
+            self.step = max(ckpts(self.out), default=0)
+            world.training = self
+
+        def poll(self):
+            self.polls += 1
+            if self.polls == 1:
+                os.makedirs(self.out, exist_ok=True)
+                (pathlib.Path(self.out) / "config.json").write_text(json.dumps(
+                    {"workflow": "single", "policy": "ip", "task": "math", "seed": 0, "data": None,
+                     "steps": self.target, "save_every": self.every, "model_used": "tiny"}))
+            elif self.tmp:
+                if self.w.evals == 0:
+                    self.w.idle_with_tmp += 1
+                if self.polls - self.tmp[1] >= self.w.TMP_POLLS:
+                    os.rename(self.tmp[0], self.tmp[0][:-4])
+                    self.tmp = None
+            elif self.step < self.target:
+                self.step += 1
+                with open(os.path.join(self.out, "metrics.jsonl"), "a") as f:
+                    f.write(json.dumps({"step": self.step, "reward_mean": 0.5, "skipped_steps": 0, "time":
+                                        {"total": 2.0}, "roles": {"generator": {"entropy": 0.3}}}) + "\n")
+                if self.step % self.every == 0 or self.step == self.target:
+                    os.makedirs(tmp := os.path.join(self.out, f"step_{self.step:06d}.tmp"))
+                    (pathlib.Path(tmp) / "generator.safetensors").write_text("weights")
+                    self.tmp = tmp, self.polls
+            else:
+                self.returncode, self.w.training = self.w.train_rc, None
+            return self.returncode
+
+    class Eval:
+        def __init__(self, world, cmd):
+            assert world.evals == 0, "two evaluations of a run at once"
+            self.w, self.cmd, self.polls, self.returncode, self.run = world, cmd, 0, None, cmd[3]
+            found = ckpts(self.run)
+            if cmd[1] == "-c":  # the base alone: only before the first checkpoint
+                assert cmd[2] == campaign.BASE_EVAL and not found
+            self.steps, self.final = {0, *found}, world.training is None
+            if world.training:
+                assert self.steps - world.done(self.run), f"nothing to evaluate: {cmd}"
+                world.started_while_training.append(cmd)
+            world.evals += 1
+
+        def poll(self):
+            self.polls += 1
+            if self.polls == 3:
+                self.w.evals -= 1
+                self.returncode = self.w.final_rc if self.final else self.w.eval_rc.pop(0) if self.w.eval_rc else 0
+                self.w.history.append((self.final, sorted(self.steps), self.returncode))
+                if not self.returncode:
+                    with open(os.path.join(self.run, "eval.jsonl"), "a") as f:
+                        f.writelines(json.dumps(eval_line(s, 0.2 + s / 100, **self.w.settings)) + "\n"
+                                     for s in sorted(self.steps - self.w.done(self.run)))
+            return self.returncode
+
+        def wait(self):
+            while self.poll() is None:
+                pass
+            return self.returncode
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    """-> make(**FakeProcesses options) installs them in bench/campaign.py (with no wait between polls)."""
+    def make(**kw):
+        world = FakeProcesses(**kw)
+        monkeypatch.setattr(campaign, "subprocess", types.SimpleNamespace(
+            Popen=world, STDOUT=subprocess.STDOUT, run=subprocess.run, CalledProcessError=subprocess.CalledProcessError))
+        monkeypatch.setattr(campaign, "POLL_S", 0)
+        return world
+    return make
+
+
+def campaign_main(tmp_path, *flags, steps=6):
+    """bench/campaign.py single-s0 on the tiny settings -> its exit status."""
+    with pytest.raises(SystemExit) as e:
+        campaign.main(["single-s0", "--gpus", "cpu", "--model", "tiny", "--train-data", "", "--eval-data", "",
+                       "--eval-problems", "4", "--eval-n", "1", "--eval-every", "2", "--status-every", "0.05",
+                       "--extra", f"--steps {steps} --problems 2", "--runs", str(tmp_path / "runs"),
+                       "--results", str(tmp_path / "c.jsonl"), *flags])
+    return e.value.code
+
+
+def test_evaluates_while_training(tmp_path, fake):
+    world = fake()
+    assert campaign_main(tmp_path) == 0
+    d = str(tmp_path / "runs" / "single-s0")
+    train, *evals = world.cmds
+    assert train[1] == "train.py" and train[-2:] == ["--out", d] and "--resume" not in train
+    # while training: the base alone (no checkpoint yet), then eval.py --run for the new checkpoints
+    assert world.started_while_training[0][1] == "-c" and len(world.started_while_training) >= 2
+    assert all(c[1:4] == ["eval.py", "--run", d] for c in world.started_while_training[1:])
+    assert world.idle_with_tmp > 0  # there were polls with only a .tmp folder new and no evaluation started
+    final = evals[-1]  # after training: the evaluate command once more, as before
+    assert final == [sys.executable, "eval.py", "--run", d, "--problems", "4", "--n", "1", "--no-plots"]
+    assert len(evals) == len(world.started_while_training) + 1
+    [r] = campaign.read_jsonl(tmp_path / "c.jsonl")
+    assert r["eval_while_training"] is True and [p["step"] for p in r["curve"]] == [0, 2, 4, 6]
+    assert r["steps_done"] == 6 and r["eval_command"] == " ".join(final[1:])
+    log = open(tmp_path / "runs" / "logs" / "single-s0.log").read()  # every command, in order
+    assert [line[2:] for line in log.splitlines() if line.startswith("$ ")] == [" ".join(c).replace(campaign.BASE_EVAL, "<BASE_EVAL of bench/campaign.py>") for c in world.cmds]
+
+
+def test_no_eval_while_training(tmp_path, fake):
+    world = fake()
+    assert campaign_main(tmp_path, "--no-eval-while-training") == 0
+    assert [c[1] for c in world.cmds] == ["train.py", "eval.py"] and not world.started_while_training
+    [r] = campaign.read_jsonl(tmp_path / "c.jsonl")
+    assert r["eval_while_training"] is False and [p["step"] for p in r["curve"]] == [0, 2, 4, 6]
+
+
+def test_a_failed_evaluation_while_training(tmp_path, fake, capsys):
+    world = fake(eval_rc=[1, 1])  # the base alone, then the first eval.py --run fail: training goes on
+    assert campaign_main(tmp_path) == 0
+    assert len(campaign.read_jsonl(tmp_path / "c.jsonl")) == 1
+    log = open(tmp_path / "runs" / "logs" / "single-s0.log").read()
+    assert log.count("evaluation while training exited with 1; training goes on") == 2
+    concurrent = [(steps, rc) for final, steps, rc in world.history if not final]
+    assert [rc for _, rc in concurrent[:3]] == [1, 1, 0]
+    for (steps, rc), (later, _) in zip(concurrent, concurrent[1:]):  # a failed one is retried on a new checkpoint
+        assert not rc or later != steps
+    # the final evaluation failing fails the run, as before; so does training (the final one is then not run)
+    for kw, phase in (({"final_rc": 1}, "FAILED in eval"), ({"train_rc": 1}, "FAILED in train")):
+        world = fake(**kw)
+        assert campaign_main(tmp_path, "--force") == 1
+        out = capsys.readouterr().out
+        assert f"single-s0: {phase} (see " in out and "failed: single-s0" in out
+        assert len(campaign.read_jsonl(tmp_path / "c.jsonl")) == 1  # --force replaces a record once it finishes
+        assert world.evals == 0 and [final for final, _, _ in world.history].count(True) == (phase.endswith("eval"))
+
+
+def test_until_then_finish(tmp_path, fake, capsys):
+    d = str(tmp_path / "runs" / "single-s0")
+    world = fake()
+    assert campaign_main(tmp_path, "--until", "2", steps=4) == 0
+    assert world.cmds[0][-4:] == ["--out", d, "--steps", "2"] and "--resume" not in world.cmds[0]
+    assert ckpts(d) == [2] and world.done(d) == {0, 2}  # evaluated, not recorded
+    assert not os.path.exists(tmp_path / "c.jsonl")
+    out = capsys.readouterr().out
+    assert "single-s0: stopped at step 2 (--until 2): no record" in out and "0 of 1 run(s) finished" in out
+    world = fake()  # the same call without --until: resumed to the run's steps, recorded
+    assert campaign_main(tmp_path, steps=4) == 0
+    assert world.cmds[0] == [sys.executable, "train.py", "--out", d, "--resume", "--steps", "4"]
+    [r] = campaign.read_jsonl(tmp_path / "c.jsonl")
+    assert [p["step"] for p in r["curve"]] == [0, 2, 4] and r["steps"] == 4 and r["steps_done"] == 4
+    assert "--resume" not in r["command"] and r["command"].endswith(f"--steps 4 --problems 2 --out {d}")
+    world = fake()  # recorded: skipped
+    assert campaign_main(tmp_path, steps=4) == 0 and not world.cmds
+
+
+def test_until_resumes_a_run_with_a_checkpoint(tmp_path, fake):
+    d = str(tmp_path / "runs" / "single-s0")
+    fake()
+    campaign_main(tmp_path, "--until", "2", steps=6)
+    world = fake()
+    assert campaign_main(tmp_path, "--until", "4", steps=6) == 0
+    assert world.cmds[0] == [sys.executable, "train.py", "--out", d, "--resume", "--steps", "4"]
+    assert ckpts(d) == [2, 4] and world.done(d) == {0, 2, 4}
+
+
+@pytest.mark.parametrize("until", ["3", "6", "8", "0"])
+def test_until_refused(tmp_path, fake, capsys, until):
+    world = fake()
+    (tmp_path / "runs" / "single-s0").mkdir(parents=True)
+    assert campaign_main(tmp_path, "--until", until, "--force") == 2 and not world.cmds
+    assert (tmp_path / "runs" / "single-s0").is_dir()  # refused before --force removes anything
+    err = capsys.readouterr().err
+    assert err == f"error: --until {until} must be a multiple of --eval-every 2 below the run's 6 steps\n"
+
+
+def test_base_evaluation_is_eval_pys(tmp_path, capsys, monkeypatch):
+    """BASE_EVAL (step 0 before the first checkpoint) writes the line `eval.py --run` writes for step 0, which
+    then skips it."""
+    import eval as evaluation
+    import train
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    train.main(["--model", "tiny", "--steps", "1", "--problems", "2", "--group", "2", "--max-new-tokens", "6",
+                "--device", "cpu", "--out", a])
+    shutil.copytree(a, b)
+    flags = ["--problems", "3", "--n", "2", "--no-plots", "--device", "cpu"]
+    monkeypatch.setattr(sys, "argv", ["-c", a, *flags])  # as `python -c BASE_EVAL a FLAGS` sees them
+    exec(campaign.BASE_EVAL, {})
+    [base] = campaign.read_jsonl(os.path.join(a, "eval.jsonl"))
+    evaluation.main(["--run", b, *flags])
+    assert base == campaign.read_jsonl(os.path.join(b, "eval.jsonl"))[0] and base["step"] == 0
+    evaluation.main(["--run", a, *flags])
+    assert "step 0: already in" in capsys.readouterr().out
+    assert [r["step"] for r in campaign.read_jsonl(os.path.join(a, "eval.jsonl"))] == [0, 1]
+
+
+# --- bench/carry.sh: a run folder's last checkpoint from one GPU session to the next ------------------------
+
+def carry(*args, env, ok=True):
+    """bash bench/carry.sh ARGS -> stdout; ok=False: it must fail with one line on stderr -> that line."""
+    p = subprocess.run(["bash", os.path.join(ROOT, "bench", "carry.sh"), *map(str, args)], env={**os.environ, **env},
+                       capture_output=True, text=True)
+    if ok:
+        assert p.returncode == 0 and not p.stderr, p.stderr
+        return p.stdout
+    assert p.returncode != 0 and p.stderr.count("\n") == 1 and p.stderr.startswith("carry.sh: error: "), p.stderr
+    return p.stderr
+
+
+@pytest.fixture
+def carried(tmp_path):
+    """A fake run folder (a few KiB: two checkpoints and one being written) packed in parts of 1000 bytes,
+    brought out batch by batch, and kept in a checkout's .carry/ -> (run folder, env, the batches)."""
+    rng = np.random.default_rng(0)
+    run = tmp_path / "runs" / "voting-ip-s0"
+    for path, size in (("config.json", 900), ("metrics.jsonl", 3000), ("samples.txt", 2500), ("eval.jsonl", 1200),
+                       ("step_000020/generator.safetensors", 4000), ("step_000020/state.pt", 6000),
+                       ("step_000040/generator.safetensors", 4000), ("step_000040/voter.safetensors", 4000),
+                       ("step_000040/state.pt", 8000), ("step_000060.tmp/state.pt", 5000)):
+        (run / path).parent.mkdir(parents=True, exist_ok=True)
+        (run / path).write_bytes(rng.bytes(size))
+    (tmp_path / "checkout" / ".git" / "info").mkdir(parents=True)
+    (tmp_path / "checkout" / ".git" / "info" / "exclude").write_text("# git ls-files --others --exclude-from\n/.whl/")
+    env = {"CARRY_PART_BYTES": "1000", "CARRY_ROOT": str(tmp_path / "checkout")}
+    out = carry("pack", run, tmp_path / "gpu" / "carry", env=env)
+    parts = sorted(f for f in os.listdir(tmp_path / "gpu" / "carry") if ".tar." in f)
+    assert parts[0] == "voting-ip-s0.tar.000" and out.startswith(f"voting-ip-s0: {len(parts)} parts, sha256 ")
+    batches = []
+    while True:
+        d = tmp_path / "device" / str(len(batches))  # where the device tool puts a call's $OUT
+        d.mkdir(parents=True)
+        if len(batches) == -(-(len(parts) - 7) // 8) + 1:
+            assert "has 4 batch(es), 0-3: no batch 4" in carry("out", "voting-ip-s0", len(batches), tmp_path / "gpu" /
+                                                               "carry", env={**env, "OUT": str(d)}, ok=False)
+            break
+        out = carry("out", "voting-ip-s0", len(batches), tmp_path / "gpu" / "carry", env={**env, "OUT": str(d)})
+        assert out.startswith(f"voting-ip-s0: batch {len(batches)} of 4 (0-3): copied ")
+        batches.append(sorted(os.listdir(d)))
+    out = carry("keep", "voting-ip-s0", *sorted((tmp_path / "device").iterdir()), env=env)
+    assert out.startswith(f"voting-ip-s0: kept {len(parts) + 1} file(s)")
+    carry("keep", "voting-ip-s0", tmp_path / "device" / "0", env=env)  # again: the same files, nothing changes
+    return run, env, batches
+
+
+def test_carry_round_trip(tmp_path, carried):
+    run, env, batches = carried
+    checkout, kept = tmp_path / "checkout", tmp_path / "checkout" / ".carry" / "voting-ip-s0"
+    parts = sorted(f for f in os.listdir(kept) if ".tar." in f)
+    n = len(parts)  # the tar of 4 files and the last checkpoint (3 files), ~30 KB, in parts of 1000 bytes
+    assert 24 <= n <= 31 and batches == [["voting-ip-s0.sha256"] + parts[:7], parts[7:15], parts[15:23], parts[23:]]
+    assert (checkout / ".git" / "info" / "exclude").read_text().splitlines()[-2:] == ["/.whl/", "/.carry/"]
+    assert carry("check", "voting-ip-s0", env=env).startswith(f"voting-ip-s0: ok, {n} parts (000-{n - 1:03d}), sha256 ")
+    plan = carry("plan", "voting-ip-s0", env=env)
+    calls = [json.loads(line[len("  carry: "):]) for line in plan.splitlines() if line.startswith("  carry: ")]
+    assert len(calls) == -(-n // 3) and plan.count("bash bench/carry.sh in voting-ip-s0") == len(calls) + 1
+    assert calls[0] == [".carry/voting-ip-s0/voting-ip-s0.sha256"] + [f".carry/voting-ip-s0/{p}" for p in parts[:3]]
+    assert [p for c in calls for p in c if ".tar." in p] == [f".carry/voting-ip-s0/{p}" for p in parts]
+    # the next session: each call carries one list into the device's checkout, `in` moves it to CARRY_DIR
+    device = {**env, "CARRY_ROOT": str(tmp_path / "device-checkout")}
+    for i, paths in enumerate(calls):
+        (tmp_path / "device-checkout" / ".carry" / "voting-ip-s0").mkdir(parents=True, exist_ok=True)
+        for p in paths:
+            shutil.copy(checkout / p, tmp_path / "device-checkout" / p)
+        out = carry("in", "voting-ip-s0", tmp_path / "gpu2", env=device)
+        assert f"holds {min(n, 3 * i + 3)} part(s)" in out
+        assert not os.listdir(tmp_path / "device-checkout" / ".carry" / "voting-ip-s0")  # moved, not copied
+    assert "nothing carried" in carry("in", "voting-ip-s0", tmp_path / "gpu2", env=device, ok=False)
+    out = carry("unpack", "voting-ip-s0", tmp_path / "runs2", tmp_path / "gpu2", env=device)
+    assert out.startswith(f"voting-ip-s0: restored {tmp_path / 'runs2' / 'voting-ip-s0'} at step 40 (step_000040)")
+
+    def files(d):
+        return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
+    original = files(run)
+    assert files(tmp_path / "runs2" / "voting-ip-s0") == \
+        {k: v for k, v in original.items() if not k.startswith(("step_000020", "step_000060"))}  # the last one only
+    assert "already holds checkpoint step_000040: not overwritten" in carry(
+        "unpack", "voting-ip-s0", tmp_path / "runs2", tmp_path / "gpu2", env=device, ok=False)
+
+
+def test_carry_refuses_missing_or_corrupt_parts(tmp_path, carried):
+    run, env, _ = carried
+    kept = tmp_path / "checkout" / ".carry" / "voting-ip-s0"
+    device = {**env, "CARRY_ROOT": str(tmp_path / "checkout")}
+    parts = sorted(f for f in os.listdir(kept) if ".tar." in f)
+    assert os.path.getsize(kept / parts[-1]) < 1000  # the tar's length is no multiple of 1000
+    (kept / parts[-1]).unlink()  # the last one: the rest are contiguous, but the sha256 differs
+    assert carry("check", "voting-ip-s0", env=env, ok=False).endswith(
+        f"(the last, {len(parts) - 2:03d}, is full size: parts after it may be missing)\n")
+    carry("keep", "voting-ip-s0", *(tmp_path / "device").iterdir(), env=env)
+    (kept / "voting-ip-s0.tar.004").unlink()
+    (kept / "voting-ip-s0.tar.011").unlink()
+    assert carry("check", "voting-ip-s0", env=env, ok=False).endswith(f"missing part(s) 004 011 of 000-{len(parts) - 1:03d}"
+                                                                      f" in {kept}\n")
+    assert "missing part(s) 004 011" in carry("plan", "voting-ip-s0", env=env, ok=False)
+    carry("keep", "voting-ip-s0", *(tmp_path / "device").iterdir(), env=env)
+    data = bytearray((kept / "voting-ip-s0.tar.017").read_bytes())
+    data[10] ^= 1
+    (kept / "voting-ip-s0.tar.017").write_bytes(bytes(data))
+    err = carry("check", "voting-ip-s0", env=env, ok=False)
+    assert "have sha256 " in err and "may be missing" not in err  # all there, the last one short
+    assert "differs from" in carry("keep", "voting-ip-s0", tmp_path / "device" / "2", env=env, ok=False)
+    # unpack on the GPU machine checks too (everything carried in at once here); nothing is unpacked
+    carry("in", "voting-ip-s0", tmp_path / "gpu2", env=device)
+    assert "have sha256 " in carry("unpack", "voting-ip-s0", tmp_path / "runs2", tmp_path / "gpu2", env=device,
+                                   ok=False)
+    os.remove(tmp_path / "gpu2" / "voting-ip-s0" / "voting-ip-s0.tar.017")
+    assert "missing part(s) 017" in carry("unpack", "voting-ip-s0", tmp_path / "runs2", tmp_path / "gpu2", env=device,
+                                          ok=False)
+    assert not (tmp_path / "runs2").exists()
+    # a different file under a name already carried in is not overwritten
+    kept.mkdir(exist_ok=True)
+    shutil.copy(tmp_path / "device" / "0" / "voting-ip-s0.tar.000", kept)
+    (tmp_path / "gpu2" / "voting-ip-s0" / "voting-ip-s0.tar.000").write_bytes(b"other")
+    assert "exists and differs" in carry("in", "voting-ip-s0", tmp_path / "gpu2", env=device, ok=False)
+    # pack: a folder without a checkpoint, a part size over $OUT's 16 MiB; out without $OUT
+    assert "parts must be 1 byte to 16 MiB" in carry("pack", run, tmp_path / "c", env={**env, "CARRY_PART_BYTES":
+                                                                                      "16777217"}, ok=False)
+    for step in ("step_000020", "step_000040"):
+        shutil.rmtree(run / step)
+    assert "holds no checkpoint" in carry("pack", run, tmp_path / "c", env=env, ok=False)  # a .tmp is none
+    assert "$OUT is not a folder" in carry("out", "voting-ip-s0", 0, tmp_path / "gpu" / "carry",
+                                           env={**env, "OUT": ""}, ok=False)

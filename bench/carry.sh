@@ -1,0 +1,255 @@
+#!/usr/bin/env bash
+# Carry a run folder's last checkpoint from one GPU session to the next. Nothing on the GPU machine outlives
+# its session, files come back only through $OUT (at most 8 files a call, 16 MiB each, 64 MiB together) and
+# go there only as carried paths of this checkout (64 MiB a call with the checkout, 8 paths). So: pack the
+# run folder (config.json, metrics.jsonl, samples.txt, eval.jsonl and only its last step_N checkpoint) into
+# one tar cut into parts, bring the parts back a batch per call, keep them in .carry/NAME/ here (ignored by
+# git: never committed, never sent unless carried), and in a later session carry them back a few per call,
+# unpack, and let bench/campaign.py resume the run (it resumes any folder holding a checkpoint).
+#
+#   bash bench/carry.sh pack RUN_DIR [CARRY_DIR]        GPU: CARRY_DIR/NAME.tar.000 ... + NAME.sha256
+#   bash bench/carry.sh out NAME K [CARRY_DIR]          GPU: copy batch K (0, 1, ...) of those files to $OUT
+#   bash bench/carry.sh keep NAME FROM_DIR...           here: the files the device tool brought -> .carry/NAME/
+#   bash bench/carry.sh check NAME                      here: the parts in .carry/NAME/ complete and intact?
+#   bash bench/carry.sh plan NAME                       here: the carry list and command of each call back
+#   bash bench/carry.sh in NAME [CARRY_DIR]             GPU: move the carried .carry/NAME/ files to CARRY_DIR/NAME/
+#   bash bench/carry.sh unpack NAME RUNS_DIR [CARRY_DIR] GPU: check them, restore RUNS_DIR/NAME (last checkpoint)
+#
+# NAME is the run folder's name (e.g. voting-ip-s0); CARRY_DIR defaults to /root/carry. A round trip, e.g.
+# the first half of voting-ip-s0 in one session and the rest in the next (device-tool calls are marked ->):
+#
+#   -> python bench/campaign.py voting-ip-s0 --runs /root/runs --until 40 && \
+#      bash bench/carry.sh pack /root/runs/voting-ip-s0 && bash bench/carry.sh out voting-ip-s0 0
+#        prints "voting-ip-s0: 79 parts, sha256 ... (step_000040; 20 batch(es) for out)" and "batch 0 of 20 ..."
+#   -> bash bench/carry.sh out voting-ip-s0 1          ... and so on to batch 19 (the machine must stay the
+#                                                      same: /root/carry is lost when it goes back)
+#   bash bench/carry.sh keep voting-ip-s0 /work/.device/47/ /work/.device/48/ ...   (where these calls' files
+#                                                      landed; a different file of the same name is refused)
+#   bash bench/carry.sh check voting-ip-s0             "voting-ip-s0: ok, 79 parts ..." or what is missing
+#   bash bench/carry.sh plan voting-ip-s0              27 calls, each: carry [".carry/voting-ip-s0/...", ...]
+#   -> (carry the first list) bash bench/carry.sh in voting-ip-s0      ... one call per list, then:
+#   -> bash bench/carry.sh unpack voting-ip-s0 /root/runs && python bench/campaign.py voting-ip-s0 --runs /root/runs
+#        "voting-ip-s0: restored /root/runs/voting-ip-s0 at step 40"; campaign resumes it to step 100
+#        (train.py --out ... --resume --steps 100) and writes its record.
+#
+# A multi-agent checkpoint is 0.85-1.3 GB (fp32 adapters and AdamW states): 52-79 parts, 13-20 calls out
+# and 18-27 calls in, all within one machine's lease each way. Parts are 15.75 MiB (CARRY_PART_BYTES, at
+# most 16 MiB), so that 4 of them and NAME.sha256 fit under $OUT's 64 MiB (CARRY_OUT_BYTES, 64 MiB - 64 KiB)
+# and 3 with the checkout under a call's 64 MiB. Every error is one line on stderr and a non-zero exit.
+# Only bash, coreutils, tar and sha256sum. CARRY_ROOT (default: this checkout) is where .carry/ goes (tests).
+set -euo pipefail
+shopt -s nullglob
+
+PART=${CARRY_PART_BYTES:-16515072}
+OUT_BYTES=${CARRY_OUT_BYTES:-67043328}
+ROOT=${CARRY_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
+PER_CALL=3  # parts carried per call back: 3 x 15.75 MiB + the checkout < 64 MiB
+
+die() { echo "carry.sh: error: $*" >&2; exit 1; }
+
+check_name() {
+    [[ ${1:-} =~ ^[A-Za-z0-9._-]+$ ]] || die "a NAME (the run folder's name, of letters, digits, '.', '_', '-') is needed, got '${1:-}'"
+}
+
+parts() {  # the part files of NAME in DIR, in order
+    PARTS=("$1/$2".tar.[0-9][0-9][0-9])
+}
+
+# DIR NAME: every part 000..N there and their sha256 the one in NAME.sha256, else die saying what is wrong
+verify() {
+    local dir=$1 name=$2 i=0 num missing=() sum want hint=""
+    [ -f "$dir/$name.sha256" ] || die "$dir/$name.sha256 is missing"
+    parts "$dir" "$name"
+    [ ${#PARTS[@]} -gt 0 ] || die "no parts $name.tar.NNN in $dir"
+    for p in "${PARTS[@]}"; do
+        num=$((10#${p##*.}))
+        while [ $i -lt "$num" ]; do missing+=("$(printf %03d $i)"); i=$((i + 1)); done
+        i=$((num + 1))
+    done
+    LAST=${PARTS[-1]##*.}
+    [ ${#missing[@]} -eq 0 ] || die "$name: missing part(s) ${missing[*]} of 000-$LAST in $dir"
+    read -r want _ < "$dir/$name.sha256"
+    sum=$(cat "${PARTS[@]}" | sha256sum | cut -d' ' -f1)
+    if [ "$sum" != "$want" ]; then
+        [ "$(stat -c %s "${PARTS[-1]}")" = "$(stat -c %s "${PARTS[0]}")" ] && [ ${#PARTS[@]} -gt 1 ] &&
+            hint=" (the last, $LAST, is full size: parts after it may be missing)"
+        die "$name: the ${#PARTS[@]} parts 000-$LAST in $dir have sha256 $sum, not $want of $name.sha256$hint"
+    fi
+    SUM=$want
+}
+
+# SRC DEST: copy (or with mv, move) SRC to DEST unless DEST is the same file; never overwrite a different one
+put() {
+    local how=$1 src=$2 dest=$3
+    if [ -e "$dest" ]; then
+        [ "$(sha256sum < "$src")" = "$(sha256sum < "$dest")" ] || die "$dest exists and differs from $src: not overwritten"
+        [ "$how" = mv ] && rm -f "$src"
+        return 0
+    fi
+    $how "$src" "$dest"
+}
+
+# DIR NAME: the batches of files for $OUT -> BATCH (file -> batch index) and NBATCH
+batches() {
+    local count=0 bytes=0 size f
+    parts "$1" "$2"
+    BATCH_FILES=("$1/$2.sha256" "${PARTS[@]}")
+    BATCH_OF=()
+    NBATCH=1
+    for f in "${BATCH_FILES[@]}"; do
+        size=$(stat -c %s "$f")
+        if [ $count -gt 0 ] && { [ $count -ge 8 ] || [ $((bytes + size)) -gt "$OUT_BYTES" ]; }; then
+            NBATCH=$((NBATCH + 1)); count=0; bytes=0
+        fi
+        BATCH_OF+=($((NBATCH - 1)))
+        count=$((count + 1)); bytes=$((bytes + size))
+    done
+}
+
+cmd_pack() {
+    local run=${1:-} carry=${2:-/root/carry} name parent last="" d files=() f sum
+    [ -n "$run" ] || die "usage: pack RUN_DIR [CARRY_DIR]"
+    [ -d "$run" ] || die "no run folder $run"
+    [ "$PART" -ge 1 ] && [ "$PART" -le 16777216 ] || die "CARRY_PART_BYTES=$PART: parts must be 1 byte to 16 MiB (\$OUT's limit)"
+    run=$(cd "$run" && pwd); name=$(basename "$run"); parent=$(dirname "$run")
+    check_name "$name"
+    for d in "$run"/step_*; do
+        [[ -d $d && ${d##*/} =~ ^step_[0-9]+$ ]] && last=${d##*/}
+    done
+    [ -n "$last" ] || die "$run holds no checkpoint (a step_N folder): nothing to carry"
+    [ -f "$run/config.json" ] || die "$run has no config.json: not a run of train.py"
+    for f in config.json metrics.jsonl samples.txt eval.jsonl; do
+        [ -f "$run/$f" ] && files+=("$name/$f")
+    done
+    mkdir -p "$carry"
+    rm -f "$carry/$name".tar.[0-9][0-9][0-9] "$carry/$name.sha256"
+    tar -C "$parent" -cf - "${files[@]}" "$name/$last" | split -b "$PART" -d -a 3 - "$carry/$name.tar."
+    parts "$carry" "$name"
+    sum=$(cat "${PARTS[@]}" | sha256sum | cut -d' ' -f1)
+    echo "$sum  $name.tar" > "$carry/$name.sha256"
+    batches "$carry" "$name"
+    echo "$name: ${#PARTS[@]} parts, sha256 $sum ($last; $NBATCH batch(es) for out)"
+}
+
+cmd_out() {
+    local name=${1:-} k=${2:-} carry=${3:-/root/carry} i copied=()
+    check_name "$name"
+    [[ $k =~ ^[0-9]+$ ]] || die "usage: out NAME K [CARRY_DIR] (K = 0, 1, ...)"
+    [ -n "${OUT:-}" ] && [ -d "$OUT" ] || die "\$OUT is not a folder: out runs on the device machine"
+    [ -f "$carry/$name.sha256" ] || die "$carry/$name.sha256 is missing: run pack first"
+    batches "$carry" "$name"
+    [ "$k" -lt "$NBATCH" ] || die "$name has $NBATCH batch(es), 0-$((NBATCH - 1)): no batch $k"
+    for i in "${!BATCH_FILES[@]}"; do
+        if [ "${BATCH_OF[$i]}" -eq "$k" ]; then
+            cp "${BATCH_FILES[$i]}" "$OUT/"
+            copied+=("${BATCH_FILES[$i]##*/}")
+        fi
+    done
+    echo "$name: batch $k of $NBATCH (0-$((NBATCH - 1))): copied ${copied[*]} to \$OUT"
+}
+
+git_exclude() {  # the checkout's .git/info/exclude (or a worktree's), else nothing
+    local git="$ROOT/.git" line
+    if [ -f "$git" ]; then
+        read -r _ line < "$git"
+        [[ $line = /* ]] && git=$line || git="$ROOT/$line"
+    fi
+    [ -d "$git" ] && echo "$git/info/exclude" || true
+}
+
+cmd_keep() {
+    local name=${1:-} from f n=0 exclude line seen=""
+    check_name "$name"
+    shift
+    [ $# -gt 0 ] || die "usage: keep NAME FROM_DIR... (the folders the device tool put the files in)"
+    exclude=$(git_exclude)
+    if [ -n "$exclude" ]; then
+        mkdir -p "$(dirname "$exclude")"
+        touch "$exclude"
+        while IFS= read -r line || [ -n "$line" ]; do [ "$line" = "/.carry/" ] && seen=1; done < "$exclude"
+        if [ -z "$seen" ]; then
+            [ -s "$exclude" ] && [ -n "$(tail -c 1 "$exclude")" ] && echo >> "$exclude"  # end its last line first
+            echo "/.carry/" >> "$exclude"
+        fi
+    fi
+    mkdir -p "$ROOT/.carry/$name"
+    for from in "$@"; do
+        [ -d "$from" ] || die "no folder $from"
+        for f in "$from/$name.sha256" "$from/$name".tar.[0-9][0-9][0-9]; do
+            [ -f "$f" ] || continue
+            put cp "$f" "$ROOT/.carry/$name/${f##*/}"
+            n=$((n + 1))
+        done
+    done
+    [ $n -gt 0 ] || die "no $name.sha256 or $name.tar.NNN in $*"
+    parts "$ROOT/.carry/$name" "$name"
+    echo "$name: kept $n file(s); .carry/$name/ holds ${#PARTS[@]} part(s)$([ -f "$ROOT/.carry/$name/$name.sha256" ] || echo ", no $name.sha256 yet") (check says whether they are all there)"
+}
+
+cmd_check() {
+    local name=${1:-}
+    check_name "$name"
+    [ -d "$ROOT/.carry/$name" ] || die "no folder .carry/$name (keep puts the files there)"
+    verify "$ROOT/.carry/$name" "$name"
+    echo "$name: ok, ${#PARTS[@]} parts (000-$LAST), sha256 $SUM"
+}
+
+cmd_plan() {
+    local name=${1:-} i calls list p
+    check_name "$name"
+    [ -d "$ROOT/.carry/$name" ] || die "no folder .carry/$name (keep puts the files there)"
+    verify "$ROOT/.carry/$name" "$name"
+    calls=$(( (${#PARTS[@]} + PER_CALL - 1) / PER_CALL ))
+    echo "$name: ${#PARTS[@]} parts, $calls call(s) with the same machine, each: bash bench/carry.sh in $name"
+    for ((i = 0; i < calls; i++)); do
+        list=""
+        [ $i -eq 0 ] && list="\".carry/$name/$name.sha256\", "
+        for p in "${PARTS[@]:i*PER_CALL:PER_CALL}"; do list+="\".carry/$name/${p##*/}\", "; done
+        echo "call $((i + 1)) of $calls: bash bench/carry.sh in $name"
+        echo "  carry: [${list%, }]"
+    done
+    echo "then: bash bench/carry.sh unpack $name /root/runs && python bench/campaign.py $name --runs /root/runs ..."
+}
+
+cmd_in() {
+    local name=${1:-} carry=${2:-/root/carry} src f n=0 have
+    check_name "$name"
+    src="$ROOT/.carry/$name"
+    mkdir -p "$carry/$name"
+    for f in "$src/$name.sha256" "$src/$name".tar.[0-9][0-9][0-9]; do
+        [ -f "$f" ] || continue
+        put mv "$f" "$carry/$name/${f##*/}"
+        n=$((n + 1))
+    done
+    [ $n -gt 0 ] || die "nothing carried in .carry/$name/ (name its files in the call's carry)"
+    parts "$carry/$name" "$name"
+    have="${#PARTS[@]} part(s)"
+    [ ${#PARTS[@]} -eq 0 ] || have+=" up to ${PARTS[-1]##*.}"
+    echo "$name: moved $n file(s) to $carry/$name/, which holds $have$([ -f "$carry/$name/$name.sha256" ] || echo ", no $name.sha256 yet")"
+}
+
+cmd_unpack() {
+    local name=${1:-} runs=${2:-} carry=${3:-/root/carry} d last="" e
+    check_name "$name"
+    [ -n "$runs" ] || die "usage: unpack NAME RUNS_DIR [CARRY_DIR]"
+    [ -d "$carry/$name" ] || die "no folder $carry/$name (in puts the carried files there)"
+    verify "$carry/$name" "$name"
+    for d in "$runs/$name"/step_*; do
+        [[ -d $d && ${d##*/} =~ ^step_[0-9]+$ ]] && die "$runs/$name already holds checkpoint ${d##*/}: not overwritten (move it away first)"
+    done
+    while IFS= read -r e; do
+        [[ $e = "$name" || $e = "$name/"* ]] && [[ $e != *..* ]] || die "$name.tar holds $e, outside $name/"
+    done < <(cat "${PARTS[@]}" | tar -tf -)
+    mkdir -p "$runs"
+    cat "${PARTS[@]}" | tar -xf - -C "$runs"
+    for d in "$runs/$name"/step_*; do
+        [[ -d $d && ${d##*/} =~ ^step_[0-9]+$ ]] && last=${d##*/}
+    done
+    [ -n "$last" ] || die "$name.tar held no checkpoint"
+    echo "$name: restored $runs/$name at step $((10#${last#step_})) ($last); python bench/campaign.py $name --runs $runs resumes it"
+}
+
+case ${1:-} in
+    pack|out|keep|check|plan|in|unpack) sub=$1; shift; "cmd_$sub" "$@" ;;
+    *) die "usage: bash bench/carry.sh pack|out|keep|check|plan|in|unpack ... (the header of bench/carry.sh says how)" ;;
+esac
