@@ -277,8 +277,8 @@ def optimizer_step(model, adapter, rows, adv, old_lp, ref_lp, opt, args, stats):
     finite = sum_over_ranks(params, role_grads, finite)  # torchrun: every rank now holds the whole batch's gradient
     for role, grad in role_grads.items():
         stats[role]["grad_norms"].append(float(grad.norm()))
-        if finite and (lam := role_value(args.coherence_map, role)):  # I6: damp what repeats the role's history
-            scale = coherence_scale(opt.state, role, grad, lam, args.coherence_window, stats[role])
+        if finite and (lam := role_value(args.coherence_map, role)) and grad.isfinite().all() and grad.any():
+            scale = coherence_scale(opt.state, role, grad, lam, args.coherence_window, stats[role])  # I6
             for p, g in zip(params, grad.split([p.numel() for p in params])):
                 p.grad.add_(g.view_as(p), alpha=scale - 1)  # the role's part times scale, the other roles' as they were
     norm = torch.nn.utils.clip_grad_norm_(params, args.grad_clip)
@@ -296,11 +296,13 @@ def coherence_scale(state, role, grad, lam, window, s):
     """I6, the reference code's coherence regularizer: 1 - lam * clamp(cos(grad, EMA), 0, 1) for the role's
     gradient (one cosine over all its LoRA parameters), then the EMA (tau = 1 - 1/window, from zeros: the
     first step has cos 0, scale 1) moves with the scaled gradient. The EMA lives in the adapter's optimizer
-    state (key "coherence/ROLE"), so checkpoints and --resume carry it. Logs cos and scale in `s`."""
-    ema = state.get(f"coherence/{role}", torch.zeros_like(grad)).to(grad.device)
+    state (key "coherence/ROLE"), so checkpoints and --resume carry it. Logs cos and scale in `s`. Called per
+    optimizer step with a finite, non-zero gradient: per-instance voters or workers each meet the EMA that
+    the earlier instances of the same training step already moved."""
+    ema = state[key].to(grad.device) if (key := f"coherence/{role}") in state else torch.zeros_like(grad)
     cos = float(torch.nn.functional.cosine_similarity(grad, ema, dim=0))
     s["coherence"].append((cos, scale := 1.0 - lam * min(max(cos, 0.0), 1.0)))
-    state[f"coherence/{role}"] = (1 - 1 / window) * ema + (1 / window) * scale * grad  # tau = 1 - 1/window
+    state[key] = (1 - 1 / window) * ema + (1 / window) * scale * grad  # tau = 1 - 1/window
     return scale
 
 
@@ -513,7 +515,7 @@ def load_checkpoint(args, model, adapters, optimizers, gen):
     try:
         for name in adapters:
             lora.load_adapter(model, name, os.path.join(folder, f"{name}.safetensors"))
-        state = torch.load(os.path.join(folder, "state.pt"), weights_only=False)
+        state = torch.load(os.path.join(folder, "state.pt"), weights_only=False, map_location="cpu")
         for k, o in optimizers.items():
             o.load_state_dict(state["optimizers"][k])
         saved = [state["rng"], *state.get("rng_ranks", [])]

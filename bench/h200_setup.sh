@@ -3,12 +3,12 @@
 # chunk (0.5b: mv .model/part* /root/mdl/; 1.5b: mv .model15/part* /root/mdl15/). Joins the GGUF, installs
 # the carried gguf wheel, and converts the model once to a bf16 Hugging Face folder (/root/mdl/hf or
 # /root/mdl15/hf), which loads in seconds; the GGUF itself dequantises for a minute or more on every load.
-# Idempotent: does nothing when the folder exists.
+# Idempotent: does nothing once the folder is complete.
 # Use in the last chunk's call (carry the last chunk and .whl):  bash bench/h200_setup.sh [0.5b|1.5b] && ...
 set -euo pipefail
 dir=/root/mdl; [ "${1:-0.5b}" = 1.5b ] && dir=/root/mdl15
-[ -f $dir/hf/config.json ] && exit 0
-cat $dir/part* > $dir/model.gguf && rm $dir/part*
+[ -f $dir/hf/.done ] && exit 0  # written after the weights and the tokenizer: a cut-off conversion reruns
+if ls $dir/part* >/dev/null 2>&1; then cat $dir/part* > $dir/model.gguf && rm $dir/part*; fi  # a rerun has the .gguf
 python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
 PYTHONPATH=/tmp/site python3 - $dir <<'PY'
 import sys
@@ -20,4 +20,5 @@ if hasattr(model.config, "quantization_config"):
 model.save_pretrained(sys.argv[1] + "/hf")
 tok.save_pretrained(sys.argv[1] + "/hf")
 PY
+touch $dir/hf/.done
 echo "model ready: $dir/hf"

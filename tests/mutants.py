@@ -48,7 +48,8 @@ TRAIN = ids("test_train.py", "test_lr_schedule_by_hand",
             "test_ip_step_changes_only_its_own_adapter", "test_optimizer_step_gradient_does_not_depend_on_the_token_budget",
             "test_first_step_without_old_logprobs_equals_recomputed_ones")
 TRAIN_COHERENCE = ids("test_train.py", "test_coherence_scale_by_hand", "test_coherence_scales_the_applied_gradient",
-                      "test_coherence_lambda_0_is_bit_for_bit_and_the_ema_survives_resume")
+                      "test_coherence_lambda_0_is_bit_for_bit_and_the_ema_survives_resume",
+                      "test_coherence_under_sp_scales_only_its_roles_part", "test_coherence_skips_a_non_finite_gradient")
 TRAIN_RESUME = ids("test_train.py", "test_resume_equals_uninterrupted_run")
 TRAIN_OLD_LOGPROBS = ids("test_train.py", "test_old_logprobs_are_recomputed_only_for_several_steps")
 SAMPLER = ids("test_sampler.py",  # not the torch.compile test: 10-20 s and no mutant needs it
@@ -140,8 +141,12 @@ MUTANTS = [
     ("peft-rslora-accepted", "lora.py", "read_adapter", ' or c.get("use_rslora")', "", LORA),
     ("init-adapters-ignored", "train.py", "load", "if not args.resume and args.init_adapters:", "if False:",
      ids("test_lora.py", "test_init_adapters_start_a_run_from_peft_folders")),
-    ("coherence-ignores-its-ema", "train.py", "coherence_scale", 'state.get(f"coherence/{role}", torch.zeros_like(grad))',
-     "torch.zeros_like(grad)", TRAIN_COHERENCE),
+    ("coherence-ignores-its-ema", "train.py", "coherence_scale", 'state[key].to(grad.device) if', "torch.zeros_like(grad) if",
+     TRAIN_COHERENCE),
+    ("coherence-scales-every-roles-part", "train.py", "optimizer_step", "p.grad.add_(g.view_as(p), alpha=scale - 1)",
+     "p.grad.mul_(scale)", TRAIN_COHERENCE),
+    ("coherence-on-a-non-finite-gradient", "train.py", "optimizer_step", "and grad.isfinite().all() and grad.any()", "",
+     TRAIN_COHERENCE),
     ("coherence-negative-cos-not-clamped", "train.py", "coherence_scale", "min(max(cos, 0.0), 1.0)", "min(cos, 1.0)",
      TRAIN_COHERENCE),
     ("coherence-ema-of-the-raw-gradient", "train.py", "coherence_scale", "(1 / window) * scale * grad", "(1 / window) * grad",

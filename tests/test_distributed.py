@@ -126,7 +126,9 @@ def state(out, step):
     folder = os.path.join(out, f"step_{step:06d}")
     adapters = {f: load_file(os.path.join(folder, f)) for f in sorted(os.listdir(folder)) if f.endswith(".safetensors")}
     saved = torch.load(os.path.join(folder, "state.pt"), weights_only=False)
-    moments = {(k, i): s["exp_avg"] for k, o in saved["optimizers"].items() for i, s in o["state"].items()}
+    # AdamW's first moments per parameter; a string key holds a tensor of its own (I6's EMA, "coherence/ROLE")
+    moments = {(k, i): s["exp_avg"] if isinstance(i, int) else s for k, o in saved["optimizers"].items()
+               for i, s in o["state"].items()}
     return adapters, moments
 
 

@@ -163,6 +163,59 @@ def test_coherence_scales_the_applied_gradient(tiny, scratch_adapter):
     assert "coherence/generator" in opt.state_dict()["state"]
 
 
+def test_coherence_under_sp_scales_only_its_roles_part(tiny, scratch_adapter):
+    """SP: one adapter, two roles, --coherence generator=0.5. Second step on the same rows: the gradient AdamW
+    receives is the evaluator's part as it was plus scale x the generator's part (the parts measured by the
+    same steps without --coherence)."""
+    import copy
+    import lora
+    model, _ = tiny
+    rows = _rows() + [workflows.Turn("evaluator", "evaluator", [3, 1], [5, 9, 2], [-1.0] * 3, "stop", "e")]
+    adv = [1.0, -1.0, 0.5, -0.7]
+    applied, stats = {}, {}
+    for coh in ("0", "generator=0.5"):
+        scratch_adapter(f"sp{len(applied)}", seed=5)  # the same start for both
+        name = f"sp{len(applied)}"
+        opt = torch.optim.AdamW(lora.adapter_parameters(model, name), lr=1e-3)
+        args = train.parse_args(["--workflow", "evalopt", "--policy", "sp", "--coherence", coh, "--grad-clip", "1e9"])
+        stats[coh] = {"generator": train.role_stats(), "evaluator": train.role_stats()}
+        parts = []
+        real = train.sum_over_ranks
+        train.sum_over_ranks = lambda params, role_grads, finite: (parts.append(copy.deepcopy(role_grads)), real(
+            params, role_grads, finite))[1]
+        try:
+            for _ in range(2):
+                assert train.optimizer_step(model, name, rows, adv, [None] * 4, [None] * 4, opt, args, stats[coh])
+        finally:
+            train.sum_over_ranks = real
+        applied[coh] = (torch.cat([p.grad.flatten() for p in lora.adapter_parameters(model, name)]), parts[-1])
+    scale = stats["generator=0.5"]["generator"]["coherence"][-1][1]
+    assert scale < 0.9 and not stats["generator=0.5"]["evaluator"]["coherence"]
+    grad, parts = applied["generator=0.5"]
+    torch.testing.assert_close(grad, parts["evaluator"] + scale * parts["generator"], rtol=1e-5, atol=1e-9)
+
+
+def test_coherence_skips_a_non_finite_gradient(tiny, scratch_adapter):
+    """A step whose gradient is not finite is skipped (as without --coherence) and leaves the EMA as it was:
+    the next step trains normally (review finding: a NaN EMA froze the adapter for good)."""
+    import lora
+    model, _ = tiny
+    scratch_adapter("nan", seed=4)
+    params = lora.adapter_parameters(model, "nan")
+    opt = torch.optim.AdamW(params, lr=1e-3)
+    args = train.parse_args(["--coherence", "generator=0.5", "--workflow", "single"])
+    stats, rows = _stats(), _rows()
+    step = lambda: train.optimizer_step(model, "nan", rows, [1.0, -1.0, 0.5], [None] * 3, [None] * 3, opt, args, stats)
+    assert step()
+    ema = opt.state["coherence/generator"].clone()
+    hook = params[0].register_hook(lambda g: g * float("inf"))
+    assert not step()
+    hook.remove()
+    assert torch.equal(opt.state["coherence/generator"], ema)
+    assert step() and torch.isfinite(opt.state["coherence/generator"]).all()
+    assert len(stats["generator"]["coherence"]) == 2 and all(math.isfinite(c) for c, _ in stats["generator"]["coherence"])
+
+
 def test_resume_of_finished_run_says_so(tmp_path, capsys):
     out = str(tmp_path / "run")
     train.main(["--workflow", "single", "--steps", "1", "--out", out, *SMALL])
