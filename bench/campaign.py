@@ -26,6 +26,10 @@ bench/carry.sh takes a run folder's last checkpoint from one GPU session to the 
 --per-gpu K runs K at once per GPU (CUDA_VISIBLE_DEVICES, expandable segments). A run whose
 (config, seed, model) is already in the results file is skipped unless --force (which replaces it).
 Logs: LOGS/NAME.log (every command and its output); a status line per running run every --status-every s.
+LOGS/NAME.lock is held (flock) while a run's job lives: a second campaign on the same run fails at once
+("already running"), and bench/carry.sh pack refuses to pack it. A record names the checkpoint steps that
+have no evaluation (missing_steps, with a warning) and how many starts of train.py made the run (sessions:
+its wall times are the last session's only).
 
 Left out: multi-GPU runs (torchrun) for one configuration, retrying a failed run (its log says why; the next
 call resumes it from its last checkpoint), --transfer evaluations (C2's single-agent-in-every-role rows:
@@ -34,6 +38,7 @@ training fails (run_job waits for it: what it writes is kept for the next call).
 """
 import argparse
 import datetime
+import fcntl
 import json
 import os
 import queue
@@ -86,8 +91,37 @@ def parse_name(name):
     return config, int(seed)
 
 
-def read_jsonl(path):
-    return [json.loads(line) for line in open(path) if line.strip()] if os.path.exists(path) else []
+def read_jsonl(path, quiet=False):
+    """The JSON lines of path ([] if there is none). A last line without its newline (an append cut off, e.g.
+    by a lease ending) is skipped, with a warning naming the file unless quiet (a status poll: it may be a
+    line being written)."""
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        *lines, tail = f.read().split("\n")  # tail: '' when the file ends in a newline
+    if tail.strip() and not quiet:
+        print(f"warning: {path}: its last line has no newline (an append cut off?): skipped", file=sys.stderr)
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def extra_flags(extra):
+    """--extra's train.py flags as a list, --steps=N / --warmup=N split in two (main reads a run's steps and
+    warm-up from them); either flag without an integer after it, or abbreviated, -> one line, exit 2."""
+    flags = []
+    for tok in extra.split():
+        flag, eq, value = tok.partition("=")
+        if flag in ("--steps", "--warmup") and eq:
+            flags += [flag, value]
+            continue
+        if any(len(flag) >= 4 and full.startswith(flag) and flag != full for full in ("--steps", "--warmup")):
+            sys.exit(print(f"error: --extra: write {flag} in full (--steps or --warmup): the run's steps are "
+                           "read from --extra", file=sys.stderr) or 2)
+        flags.append(tok)
+    for i, flag in enumerate(flags):
+        if flag in ("--steps", "--warmup") and not (i + 1 < len(flags) and flags[i + 1].isdigit()):
+            sys.exit(print(f"error: --extra {extra!r}: {flag} needs a whole number after it (--steps 8 or "
+                           "--steps=8)", file=sys.stderr) or 2)
+    return flags
 
 
 def data_name(path):
@@ -124,6 +158,13 @@ def build_record(run_dir, name, model_name, eval_data, eval_problems, eval_n, ex
     curve = [{"step": s, "pass@1": r["pass@1"], "se": r["pass@1_se"]} for s, r in sorted(evals.items())]
     peak = max(curve, key=lambda p: p["pass@1"])  # the earliest step wins a tie
     metrics = list({m["step"]: m for m in read_jsonl(os.path.join(run_dir, "metrics.jsonl"))}.values())
+    # the checkpoints the run should have (every save_every steps and its last step) without an evaluation
+    last, every = max((m["step"] for m in metrics), default=0), config.get("save_every") or 0
+    should = {*range(every, last + 1, every), last} - {0} if every > 0 else {last} - {0}
+    missing = sorted(should - set(evals))
+    if missing:
+        print(f"warning: {name}: no evaluation for checkpoint step(s) {', '.join(map(str, missing))} with these "
+              f"settings (missing_steps in its record: its curve lacks them)", flush=True)
     times = [m["time"]["total"] for m in metrics]
     first = evals[0]["settings"]
     return {"name": name, "config": name.rpartition("-s")[0], "seed": config["seed"], "model": model_name,
@@ -134,6 +175,7 @@ def build_record(run_dir, name, model_name, eval_data, eval_problems, eval_n, ex
             "final_minus_base": curve[-1]["pass@1"] - curve[0]["pass@1"],
             "diagnostics": {k: evals[p["step"]]["diagnostics"] for k, p in
                             (("base", curve[0]), ("peak", peak), ("final", curve[-1]))},
+            "missing_steps": missing, "sessions": len(config.get("starts", [])),
             "steps_done": len(metrics), "skipped_steps": sum(m["skipped_steps"] for m in metrics),
             "step_time_s": statistics.mean(times) if times else None,
             "step_time_median_s": statistics.median(times) if times else None,
@@ -154,7 +196,7 @@ def status(job):
 
 def phase_status(job):
     if job["phase"] == "train":
-        metrics = read_jsonl(os.path.join(job["dir"], "metrics.jsonl"))
+        metrics = read_jsonl(os.path.join(job["dir"], "metrics.jsonl"), quiet=True)
         if not metrics:
             return "train starting"
         t = statistics.mean(m["time"]["total"] for m in metrics[-10:])
@@ -163,7 +205,7 @@ def phase_status(job):
                 + (f"; evaluating (checkpoints up to step {job['evaluating']})" if job.get("evaluating") is not None
                    else ""))
     if job["phase"] == "eval":
-        return f"eval, {len(read_jsonl(os.path.join(job['dir'], 'eval.jsonl')))} evaluation(s) written"
+        return f"eval, {len(read_jsonl(os.path.join(job['dir'], 'eval.jsonl'), quiet=True))} evaluation(s) written"
     return job["phase"]
 
 
@@ -256,6 +298,25 @@ def train_watching(job, train, evaluate, base_eval, env, log, args):
 
 
 def run_job(job, gpu, args, lock):
+    """Hold LOGS/NAME.lock (flock, exclusive, not waiting) while the job lives: a second campaign on the same
+    run folder (or the same name twice) fails at once instead of training it too; bench/carry.sh pack and
+    unpack test the same lock. --force's removal of the folder happens under it."""
+    path = os.path.join(args.logs, job["name"] + ".lock")
+    with open(path, "a") as held:
+        try:
+            fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            job["phase"] = f"FAILED: already running ({path} held)"
+            return
+        held.truncate(0)
+        held.write(f"{os.getpid()}\n")
+        held.flush()
+        if args.force:
+            shutil.rmtree(job["dir"], ignore_errors=True)
+        locked_job(job, gpu, args, lock)
+
+
+def locked_job(job, gpu, args, lock):
     """Train (to --until, else to the end), evaluate, append the record (not under --until); the phase is
     shown by the status loop."""
     env = {**os.environ, "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "PYTHONUNBUFFERED": "1"}
@@ -264,7 +325,7 @@ def run_job(job, gpu, args, lock):
     d, py, target = job["dir"], sys.executable, args.until or job["steps"]
     fresh = [py, "train.py", "--model", args.model, *(["--data", args.train_data] if args.train_data else []),
              *GRID, *CONFIGS[job["config"]], "--seed", str(job["seed"]), "--save-every", str(args.eval_every),
-             *args.extra.split(), "--out", d]
+             *args.extra_flags, "--out", d]
     if checkpoint_steps(d) and os.path.exists(os.path.join(d, "config.json")):
         train = [py, "train.py", "--out", d, "--resume", "--steps", str(target)]  # an earlier call's: continue it
     else:
@@ -378,6 +439,7 @@ def main(argv=None):
         return plot(args.results, os.path.dirname(os.path.abspath(args.results)))
     args.model_name = args.model_name or ("Qwen2.5-Coder-0.5B-Instruct" if args.model == "/root/mdl/hf"
                                           else os.path.basename(os.path.normpath(args.model)))
+    args.extra_flags = extra_flags(args.extra)
     args.logs = args.logs or os.path.join(args.runs, "logs")
     os.makedirs(args.logs, exist_ok=True)
     done = {key(r) for r in read_jsonl(args.results)}
@@ -388,7 +450,7 @@ def main(argv=None):
             print(f"{name}: already in {args.results}, skipped (--force reruns it)")
             continue
         d = os.path.join(args.runs, name)
-        flags = GRID + CONFIGS[config] + args.extra.split()
+        flags = GRID + CONFIGS[config] + args.extra_flags
         steps, warmup = (int(flags[len(flags) - flags[::-1].index(f)]) for f in ("--steps", "--warmup"))  # the last wins
         if args.until is not None and (args.until < 1 or args.until % args.eval_every or args.until >= steps):
             print(f"error: --until {args.until} must be a multiple of --eval-every {args.eval_every} below the "
@@ -399,8 +461,6 @@ def main(argv=None):
                   f"{min(warmup, steps // 4)}: the resumed run will differ from one trained straight to {steps}")
         jobs.append({"name": name, "config": config, "seed": seed, "dir": d, "phase": "queued", "steps": steps,
                      "target": args.until or steps})
-    for job in jobs if args.force else []:  # after every check
-        shutil.rmtree(job["dir"], ignore_errors=True)
     todo, lock = queue.Queue(), threading.Lock()
     list(map(todo.put, jobs))
 

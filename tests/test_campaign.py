@@ -468,3 +468,75 @@ def test_carry_refuses_missing_or_corrupt_parts(tmp_path, carried):
     assert "holds no checkpoint" in carry("pack", run, tmp_path / "c", env=env, ok=False)  # a .tmp is none
     assert "$OUT is not a folder" in carry("out", "voting-ip-s0", 0, tmp_path / "gpu" / "carry",
                                            env={**env, "OUT": ""}, ok=False)
+
+
+# --- after a review: the run lock, missing steps, a cut-off line, --extra's = form, sessions -----------------
+
+def test_a_second_campaign_on_a_running_run_fails(tmp_path, fake, capsys):
+    import fcntl
+    logs = tmp_path / "runs" / "logs"
+    logs.mkdir(parents=True)
+    (tmp_path / "runs" / "single-s0").mkdir()
+    (tmp_path / "runs" / "single-s0" / "metrics.jsonl").write_text("")
+    with open(logs / "single-s0.lock", "a") as held:  # another campaign holds it
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        world = fake()
+        assert campaign_main(tmp_path, "--force") == 1 and not world.cmds
+        out = capsys.readouterr().out
+        assert f"single-s0: FAILED: already running ({logs / 'single-s0.lock'} held)" in out
+        assert (tmp_path / "runs" / "single-s0" / "metrics.jsonl").exists()  # --force removed nothing
+    world = fake()  # released: it runs, and leaves the lock free
+    assert campaign_main(tmp_path) == 0 and world.cmds
+    with open(logs / "single-s0.lock", "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def test_missing_steps_and_sessions(tmp_path, capsys):
+    d = tmp_path / "single-s0"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({"seed": 0, "data": None, "save_every": 20, "steps": 50,
+                                               "starts": [{"step": 0}, {"step": 40}]}))
+    write_jsonl(d / "metrics.jsonl", [{"step": s, "reward_mean": 0.5, "skipped_steps": 0, "time": {"total": 1.0},
+                                       "roles": {}} for s in range(1, 51)])
+    write_jsonl(d / "eval.jsonl", [eval_line(0, 0.2), eval_line(20, 0.3), eval_line(50, 0.3),
+                                   eval_line(40, 0.3, problems=300)])  # step 40 only with other settings
+    r = campaign.build_record(str(d), "single-s0", "m", "gsm8k/test.jsonl", 500, 2)
+    assert r["missing_steps"] == [40] and r["sessions"] == 2
+    assert "warning: single-s0: no evaluation for checkpoint step(s) 40 with these settings" in capsys.readouterr().out
+    with open(d / "eval.jsonl", "a") as f:
+        f.write(json.dumps(eval_line(40, 0.3)) + "\n")
+    r = campaign.build_record(str(d), "single-s0", "m", "gsm8k/test.jsonl", 500, 2)
+    assert r["missing_steps"] == [] and "warning" not in capsys.readouterr().out
+
+
+def test_a_cut_off_last_line_is_skipped(tmp_path, capsys):
+    path = tmp_path / "eval.jsonl"
+    path.write_text('{"step": 0}\n{"step": 20}\n{"step": 40, "pass')
+    assert campaign.read_jsonl(path) == [{"step": 0}, {"step": 20}]
+    assert capsys.readouterr().err == f"warning: {path}: its last line has no newline (an append cut off?): skipped\n"
+    path.write_text('{"step": 0}\n{"step": 20}')  # whole but unfinished: skipped as well
+    assert campaign.read_jsonl(path, quiet=True) == [{"step": 0}] and not capsys.readouterr().err
+    path.write_text('{"step": 0}\n\n')
+    assert campaign.read_jsonl(path) == [{"step": 0}] and not capsys.readouterr().err
+
+
+def test_extra_with_equals(tmp_path, fake, capsys):
+    world = fake()
+    with pytest.raises(SystemExit) as e:
+        campaign.main(["single-s0", "--gpus", "cpu", "--model", "tiny", "--train-data", "", "--eval-data", "",
+                       "--eval-problems", "4", "--eval-n", "1", "--eval-every", "2", "--status-every", "0.05",
+                       "--extra=--steps=4 --problems 2 --warmup=1", "--runs", str(tmp_path / "runs"),
+                       "--results", str(tmp_path / "c.jsonl")])
+    assert e.value.code == 0
+    assert world.cmds[0][-8:-2] == ["--steps", "4", "--problems", "2", "--warmup", "1"]
+    [r] = campaign.read_jsonl(tmp_path / "c.jsonl")
+    assert [p["step"] for p in r["curve"]] == [0, 2, 4]
+    capsys.readouterr()
+    for extra, says in (("--steps", "--steps needs a whole number"), ("--steps=", "--steps needs a whole number"),
+                        ("--warmup x", "--warmup needs a whole number"), ("--step 8", "write --step in full")):
+        world = fake()
+        with pytest.raises(SystemExit) as e:
+            campaign.main(["single-s0", "--gpus", "cpu", f"--extra={extra}", "--runs", str(tmp_path / "r2"),
+                           "--results", str(tmp_path / "c2.jsonl")])
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and not world.cmds and err.count("\n") == 1 and says in err, err
