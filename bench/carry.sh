@@ -15,28 +15,48 @@
 #   bash bench/carry.sh in NAME [CARRY_DIR]             GPU: move the carried .carry/NAME/ files to CARRY_DIR/NAME/
 #   bash bench/carry.sh unpack NAME RUNS_DIR [CARRY_DIR] GPU: check them, restore RUNS_DIR/NAME (last checkpoint)
 #
-# NAME is the run folder's name (e.g. voting-ip-s0); CARRY_DIR defaults to /root/carry. A round trip, e.g.
-# the first half of voting-ip-s0 in one session and the rest in the next (device-tool calls are marked ->):
+# NAME is the run folder's name (e.g. voting-ip-s0); CARRY_DIR defaults to /root/carry. A device-tool call
+# lasts at most 10 minutes, so the campaign runs detached from a copy of the checkout (each call's checkout
+# replaces the repo root; /root/proj stays) and later calls poll it. A round trip, e.g. the first half of
+# voting-ip-s0 in one session and the rest in the next (device-tool calls are marked ->, all on one machine:
+# /root is lost when it goes back):
 #
-#   -> python bench/campaign.py voting-ip-s0 --runs /root/runs --until 40 && \
-#      bash bench/carry.sh pack /root/runs/voting-ip-s0 && bash bench/carry.sh out voting-ip-s0 0
+#   -> cp -r . /root/proj && cd /root/proj && (setsid nohup python bench/campaign.py voting-ip-s0 --runs \
+#        /root/runs --logs /root/logs --until 40 > /root/c.out 2>&1 & echo $! > /root/c.pid)
+#        (the copy overwrites /root/proj/docs/results/campaign.jsonl: bring a record back before it)
+#   -> kill -0 $(cat /root/c.pid) 2> /dev/null && echo running || echo exited; tail -3 /root/c.out
+#        tail -5 /root/logs/voting-ip-s0.log       ... each call (one per few minutes) until "exited" and the
+#                                                  last line of c.out is "campaign: 0 of 1 run(s) finished ..."
+#   -> bash bench/carry.sh pack /root/runs/voting-ip-s0 && bash bench/carry.sh out voting-ip-s0 0
 #        prints "voting-ip-s0: 79 parts, sha256 ... (step_000040; 20 batch(es) for out)" and "batch 0 of 20 ..."
-#   -> bash bench/carry.sh out voting-ip-s0 1          ... and so on to batch 19 (the machine must stay the
-#                                                      same: /root/carry is lost when it goes back)
+#   -> bash bench/carry.sh out voting-ip-s0 1          ... and so on to batch 19
 #   bash bench/carry.sh keep voting-ip-s0 /work/.device/47/ /work/.device/48/ ...   (where these calls' files
 #                                                      landed; a different file of the same name is refused)
 #   bash bench/carry.sh check voting-ip-s0             "voting-ip-s0: ok, 79 parts ..." or what is missing
 #   bash bench/carry.sh plan voting-ip-s0              27 calls, each: carry [".carry/voting-ip-s0/...", ...]
 #   -> (carry the first list) bash bench/carry.sh in voting-ip-s0      ... one call per list, then:
-#   -> bash bench/carry.sh unpack voting-ip-s0 /root/runs && python bench/campaign.py voting-ip-s0 --runs /root/runs
-#        "voting-ip-s0: restored /root/runs/voting-ip-s0 at step 40"; campaign resumes it to step 100
-#        (train.py --out ... --resume --steps 100) and writes its record.
+#   -> bash bench/carry.sh unpack voting-ip-s0 /root/runs
+#        "voting-ip-s0: restored /root/runs/voting-ip-s0 at step 40"
+#   -> the first two commands above again without --until: campaign resumes it to step 100 (train.py --out ...
+#      --resume --steps 100) and, once c.out ends "campaign: 1 of 1 run(s) finished", has written its record
+#      under the copy: mkdir -p $OUT && cp /root/proj/docs/results/campaign.jsonl $OUT/ brings it back (the
+#      checkout's file plus the new record: it replaces docs/results/campaign.jsonl here).
+#
+# pack refuses (one line, exit 1) while a campaign runs the folder: bench/campaign.py holds LOGS/NAME.lock
+# (flock) while a run's job lives, and pack tests it with flock -n, LOGS being CARRY_LOGS (default /root/logs)
+# and RUN_DIR/../logs (campaign's default --logs); and while the folder holds a step_N.tmp (a checkpoint being
+# written, or cut off: then remove it). unpack tests the same lock. pack warns (on stderr, and packs) when
+# eval.jsonl has no line for a checkpoint that stays behind (every step_N but the last): that point of the
+# curve is lost (the record's missing_steps will list it). plan warns when the checkout (tracked files and
+# untracked ones git does not ignore, as the device tool sends it) and a call's parts exceed 64 MiB
+# (CARRY_CALL_BYTES). unpack extracts into RUNS_DIR/.NAME.unpack.tmp and renames it RUNS_DIR/NAME.
 #
 # A multi-agent checkpoint is 0.85-1.3 GB (fp32 adapters and AdamW states): 52-79 parts, 13-20 calls out
 # and 18-27 calls in, all within one machine's lease each way. Parts are 15.75 MiB (CARRY_PART_BYTES, at
 # most 16 MiB), so that 4 of them and NAME.sha256 fit under $OUT's 64 MiB (CARRY_OUT_BYTES, 64 MiB - 64 KiB)
 # and 3 with the checkout under a call's 64 MiB. Every error is one line on stderr and a non-zero exit.
-# Only bash, coreutils, tar and sha256sum. CARRY_ROOT (default: this checkout) is where .carry/ goes (tests).
+# Only bash, coreutils, tar, sha256sum, flock and git (keep, plan). CARRY_ROOT (default: this checkout) is
+# where .carry/ goes (tests).
 set -euo pipefail
 shopt -s nullglob
 
@@ -46,6 +66,18 @@ ROOT=${CARRY_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
 PER_CALL=3  # parts carried per call back: 3 x 15.75 MiB + the checkout < 64 MiB
 
 die() { echo "carry.sh: error: $*" >&2; exit 1; }
+warn() { echo "carry.sh: warning: $*" >&2; }
+
+# NAME PARENT: die while a campaign runs NAME: bench/campaign.py holds LOGS/NAME.lock (flock) while a run's job
+# lives; LOGS is CARRY_LOGS (default /root/logs, the detached form's --logs) and PARENT/logs (campaign's default)
+check_idle() {
+    local name=$1 parent=$2 lock
+    for lock in "${CARRY_LOGS:-/root/logs}/$name.lock" "$parent/logs/$name.lock"; do
+        [ -f "$lock" ] || continue
+        command -v flock > /dev/null || die "flock (util-linux) is needed to test $lock"
+        flock -n "$lock" true || die "$lock is held: a campaign is still running $name (wait until it has exited)"
+    done
+}
 
 check_name() {
     [[ ${1:-} =~ ^[A-Za-z0-9._-]+$ ]] || die "a NAME (the run folder's name, of letters, digits, '.', '_', '-') is needed, got '${1:-}'"
@@ -78,11 +110,12 @@ verify() {
     SUM=$want
 }
 
-# SRC DEST: copy (or with mv, move) SRC to DEST unless DEST is the same file; never overwrite a different one
+# HOW SRC DEST [HINT]: copy (or with mv, move) SRC to DEST unless DEST is the same file; never overwrite a
+# different one (HINT: what to do then)
 put() {
-    local how=$1 src=$2 dest=$3
+    local how=$1 src=$2 dest=$3 hint=${4:-}
     if [ -e "$dest" ]; then
-        [ "$(sha256sum < "$src")" = "$(sha256sum < "$dest")" ] || die "$dest exists and differs from $src: not overwritten"
+        [ "$(sha256sum < "$src")" = "$(sha256sum < "$dest")" ] || die "$dest exists and differs from $src: not overwritten$hint"
         [ "$how" = mv ] && rm -f "$src"
         return 0
     fi
@@ -107,17 +140,26 @@ batches() {
 }
 
 cmd_pack() {
-    local run=${1:-} carry=${2:-/root/carry} name parent last="" d files=() f sum
+    local run=${1:-} carry=${2:-/root/carry} name parent last="" d files=() f sum unevaluated=()
     [ -n "$run" ] || die "usage: pack RUN_DIR [CARRY_DIR]"
     [ -d "$run" ] || die "no run folder $run"
     [ "$PART" -ge 1 ] && [ "$PART" -le 16777216 ] || die "CARRY_PART_BYTES=$PART: parts must be 1 byte to 16 MiB (\$OUT's limit)"
     run=$(cd "$run" && pwd); name=$(basename "$run"); parent=$(dirname "$run")
     check_name "$name"
+    check_idle "$name" "$parent"
     for d in "$run"/step_*; do
         [[ -d $d && ${d##*/} =~ ^step_[0-9]+$ ]] && last=${d##*/}
     done
     [ -n "$last" ] || die "$run holds no checkpoint (a step_N folder): nothing to carry"
     [ -f "$run/config.json" ] || die "$run has no config.json: not a run of train.py"
+    for d in "$run"/step_*.tmp; do
+        die "$run holds ${d##*/}, a checkpoint being written (is train.py running?) or cut off (then remove it)"
+    done
+    for d in "$run"/step_*; do  # the checkpoints that stay behind: evaluated (with any settings)?
+        [[ -d $d && ${d##*/} =~ ^step_[0-9]+$ && ${d##*/} != "$last" ]] || continue
+        grep -Eq "\"step\": $((10#${d##*/step_}))[,}]" "$run/eval.jsonl" 2> /dev/null || unevaluated+=("${d##*/}")
+    done
+    [ ${#unevaluated[@]} -eq 0 ] || warn "$run/eval.jsonl has no line for ${unevaluated[*]}, which will not travel (only $last does): their points are lost from the run's curve"
     for f in config.json metrics.jsonl samples.txt eval.jsonl; do
         [ -f "$run/$f" ] && files+=("$name/$f")
     done
@@ -148,13 +190,10 @@ cmd_out() {
     echo "$name: batch $k of $NBATCH (0-$((NBATCH - 1))): copied ${copied[*]} to \$OUT"
 }
 
-git_exclude() {  # the checkout's .git/info/exclude (or a worktree's), else nothing
-    local git="$ROOT/.git" line
-    if [ -f "$git" ]; then
-        read -r _ line < "$git"
-        [[ $line = /* ]] && git=$line || git="$ROOT/$line"
-    fi
-    [ -d "$git" ] && echo "$git/info/exclude" || true
+git_exclude() {  # the exclude file git reads for the checkout (a worktree's is its main one's), else nothing
+    local path
+    path=$(git -C "$ROOT" rev-parse --git-path info/exclude 2> /dev/null) || return 0
+    [[ $path = /* ]] && echo "$path" || echo "$ROOT/$path"
 }
 
 cmd_keep() {
@@ -177,13 +216,13 @@ cmd_keep() {
         [ -d "$from" ] || die "no folder $from"
         for f in "$from/$name.sha256" "$from/$name".tar.[0-9][0-9][0-9]; do
             [ -f "$f" ] || continue
-            put cp "$f" "$ROOT/.carry/$name/${f##*/}"
+            put cp "$f" "$ROOT/.carry/$name/${f##*/}" " (if .carry/$name holds an old pack: rm -rf $ROOT/.carry/$name, then keep again)"
             n=$((n + 1))
         done
     done
     [ $n -gt 0 ] || die "no $name.sha256 or $name.tar.NNN in $*"
     parts "$ROOT/.carry/$name" "$name"
-    echo "$name: kept $n file(s); .carry/$name/ holds ${#PARTS[@]} part(s)$([ -f "$ROOT/.carry/$name/$name.sha256" ] || echo ", no $name.sha256 yet") (check says whether they are all there)"
+    echo "$name: kept $n file(s) in $ROOT/.carry/$name/, which holds ${#PARTS[@]} part(s)$([ -f "$ROOT/.carry/$name/$name.sha256" ] || echo ", no $name.sha256 yet") (check says whether they are all there)"
 }
 
 cmd_check() {
@@ -194,12 +233,31 @@ cmd_check() {
     echo "$name: ok, ${#PARTS[@]} parts (000-$LAST), sha256 $SUM"
 }
 
+# NAME (after verify): warn when the checkout as the device tool sends it (tracked files and untracked ones git
+# does not ignore) plus the largest call's carried files exceed a call's 64 MiB (CARRY_CALL_BYTES)
+checkout_fits() {
+    local name=$1 limit=${CARRY_CALL_BYTES:-67108864} size total=0 parts=0 i f
+    local sizes
+    git -C "$ROOT" rev-parse --git-dir > /dev/null 2>&1 || { warn "$ROOT is no git checkout: its size is not checked"; return 0; }
+    sizes=$(cd "$ROOT" && git ls-files -z --cached --others --exclude-standard | xargs -0 -r stat -L -c %s -- 2> /dev/null || true)
+    for size in $sizes; do total=$((total + size)); done
+    for ((i = 0; i < ${#PARTS[@]}; i += PER_CALL)); do  # the largest call's parts (the first carries NAME.sha256 too)
+        size=0
+        for f in "${PARTS[@]:i:PER_CALL}"; do size=$((size + $(stat -c %s "$f"))); done
+        [ $i -eq 0 ] && size=$((size + $(stat -c %s "$ROOT/.carry/$name/$name.sha256")))
+        [ $size -gt $parts ] && parts=$size
+    done
+    [ $((total + parts)) -le "$limit" ] ||
+        warn "the checkout ($total bytes: tracked files and untracked ones git does not ignore, in $ROOT) and a call's $parts bytes of parts exceed a call's $limit: make the checkout smaller (git status --ignored shows what travels) or the parts (CARRY_PART_BYTES, then pack again)"
+}
+
 cmd_plan() {
     local name=${1:-} i calls list p
     check_name "$name"
     [ -d "$ROOT/.carry/$name" ] || die "no folder .carry/$name (keep puts the files there)"
     verify "$ROOT/.carry/$name" "$name"
     calls=$(( (${#PARTS[@]} + PER_CALL - 1) / PER_CALL ))
+    checkout_fits "$name"
     echo "$name: ${#PARTS[@]} parts, $calls call(s) with the same machine, each: bash bench/carry.sh in $name"
     for ((i = 0; i < calls; i++)); do
         list=""
@@ -208,7 +266,7 @@ cmd_plan() {
         echo "call $((i + 1)) of $calls: bash bench/carry.sh in $name"
         echo "  carry: [${list%, }]"
     done
-    echo "then: bash bench/carry.sh unpack $name /root/runs && python bench/campaign.py $name --runs /root/runs ..."
+    echo "then: bash bench/carry.sh unpack $name /root/runs, and start bench/campaign.py $name --runs /root/runs --logs /root/logs detached (the header of bench/carry.sh shows how)"
 }
 
 cmd_in() {
@@ -221,32 +279,40 @@ cmd_in() {
         put mv "$f" "$carry/$name/${f##*/}"
         n=$((n + 1))
     done
-    [ $n -gt 0 ] || die "nothing carried in .carry/$name/ (name its files in the call's carry)"
+    [ $n -gt 0 ] || die "nothing carried in $src/ (name its files in the call's carry)"
     parts "$carry/$name" "$name"
     have="${#PARTS[@]} part(s)"
     [ ${#PARTS[@]} -eq 0 ] || have+=" up to ${PARTS[-1]##*.}"
-    echo "$name: moved $n file(s) to $carry/$name/, which holds $have$([ -f "$carry/$name/$name.sha256" ] || echo ", no $name.sha256 yet")"
+    echo "$name: moved $n file(s) from $src/ to $carry/$name/, which holds $have$([ -f "$carry/$name/$name.sha256" ] || echo ", no $name.sha256 yet")"
 }
 
-cmd_unpack() {
-    local name=${1:-} runs=${2:-} carry=${3:-/root/carry} d last="" e
+cmd_unpack() {  # into RUNS/.NAME.unpack.tmp, then renamed RUNS/NAME: a cut-off unpack leaves no half run folder
+    local name=${1:-} runs=${2:-} carry=${3:-/root/carry} d last="" e tmp replaced=""
     check_name "$name"
     [ -n "$runs" ] || die "usage: unpack NAME RUNS_DIR [CARRY_DIR]"
     [ -d "$carry/$name" ] || die "no folder $carry/$name (in puts the carried files there)"
     verify "$carry/$name" "$name"
+    check_idle "$name" "$runs"
     for d in "$runs/$name"/step_*; do
         [[ -d $d && ${d##*/} =~ ^step_[0-9]+$ ]] && die "$runs/$name already holds checkpoint ${d##*/}: not overwritten (move it away first)"
     done
     while IFS= read -r e; do
         [[ $e = "$name" || $e = "$name/"* ]] && [[ $e != *..* ]] || die "$name.tar holds $e, outside $name/"
     done < <(cat "${PARTS[@]}" | tar -tf -)
-    mkdir -p "$runs"
-    cat "${PARTS[@]}" | tar -xf - -C "$runs"
-    for d in "$runs/$name"/step_*; do
+    tmp="$runs/.$name.unpack.tmp"
+    rm -rf "$tmp"  # a stale one of an unpack cut off
+    mkdir -p "$tmp"
+    cat "${PARTS[@]}" | tar -xf - -C "$tmp" --strip-components=1
+    for d in "$tmp"/step_*; do
         [[ -d $d && ${d##*/} =~ ^step_[0-9]+$ ]] && last=${d##*/}
     done
-    [ -n "$last" ] || die "$name.tar held no checkpoint"
-    echo "$name: restored $runs/$name at step $((10#${last#step_})) ($last); python bench/campaign.py $name --runs $runs resumes it"
+    [ -n "$last" ] || { rm -rf "$tmp"; die "$name.tar held no checkpoint"; }
+    if [ -e "$runs/$name" ]; then  # no checkpoint in it (see above): campaign.py would start it over anyway
+        rm -rf "$runs/$name"
+        replaced=" (replacing a folder without a checkpoint)"
+    fi
+    mv -T "$tmp" "$runs/$name"
+    echo "$name: restored $runs/$name at step $((10#${last#step_})) ($last)$replaced; bench/campaign.py $name --runs $runs resumes it"
 }
 
 case ${1:-} in

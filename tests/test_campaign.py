@@ -355,21 +355,27 @@ def carry(*args, env, ok=True):
     return p.stderr
 
 
-@pytest.fixture
-def carried(tmp_path):
-    """A fake run folder (a few KiB: two checkpoints and one being written) packed in parts of 1000 bytes,
-    brought out batch by batch, and kept in a checkout's .carry/ -> (run folder, env, the batches)."""
+def fake_run(run, evaluated=(0, 20, 40)):
+    """A run folder of random bytes, with step_000020 and step_000040 and eval.jsonl lines for `evaluated`."""
     rng = np.random.default_rng(0)
-    run = tmp_path / "runs" / "voting-ip-s0"
-    for path, size in (("config.json", 900), ("metrics.jsonl", 3000), ("samples.txt", 2500), ("eval.jsonl", 1200),
+    for path, size in (("config.json", 900), ("metrics.jsonl", 3000), ("samples.txt", 2500),
                        ("step_000020/generator.safetensors", 4000), ("step_000020/state.pt", 6000),
                        ("step_000040/generator.safetensors", 4000), ("step_000040/voter.safetensors", 4000),
-                       ("step_000040/state.pt", 8000), ("step_000060.tmp/state.pt", 5000)):
+                       ("step_000040/state.pt", 8000)):
         (run / path).parent.mkdir(parents=True, exist_ok=True)
         (run / path).write_bytes(rng.bytes(size))
-    (tmp_path / "checkout" / ".git" / "info").mkdir(parents=True)
+    write_jsonl(run / "eval.jsonl", [{"step": s, "checkpoint": f"step_{s:06d}", "pad": "x" * 350} for s in evaluated])
+    return run
+
+
+@pytest.fixture
+def carried(tmp_path):
+    """A fake run folder (a few KiB: two checkpoints, both evaluated) packed in parts of 1000 bytes, brought out
+    batch by batch, and kept in a checkout's .carry/ (a git repository) -> (run folder, env, the batches)."""
+    run = fake_run(tmp_path / "runs" / "voting-ip-s0")
+    subprocess.run(["git", "init", "-q", str(tmp_path / "checkout")], check=True)
     (tmp_path / "checkout" / ".git" / "info" / "exclude").write_text("# git ls-files --others --exclude-from\n/.whl/")
-    env = {"CARRY_PART_BYTES": "1000", "CARRY_ROOT": str(tmp_path / "checkout")}
+    env = {"CARRY_PART_BYTES": "1000", "CARRY_ROOT": str(tmp_path / "checkout"), "CARRY_LOGS": str(tmp_path / "logs")}
     out = carry("pack", run, tmp_path / "gpu" / "carry", env=env)
     parts = sorted(f for f in os.listdir(tmp_path / "gpu" / "carry") if ".tar." in f)
     assert parts[0] == "voting-ip-s0.tar.000" and out.startswith(f"voting-ip-s0: {len(parts)} parts, sha256 ")
@@ -397,6 +403,7 @@ def test_carry_round_trip(tmp_path, carried):
     n = len(parts)  # the tar of 4 files and the last checkpoint (3 files), ~30 KB, in parts of 1000 bytes
     assert 24 <= n <= 31 and batches == [["voting-ip-s0.sha256"] + parts[:7], parts[7:15], parts[15:23], parts[23:]]
     assert (checkout / ".git" / "info" / "exclude").read_text().splitlines()[-2:] == ["/.whl/", "/.carry/"]
+    assert subprocess.run(["git", "-C", checkout, "status", "--porcelain"], capture_output=True, text=True).stdout == ""
     assert carry("check", "voting-ip-s0", env=env).startswith(f"voting-ip-s0: ok, {n} parts (000-{n - 1:03d}), sha256 ")
     plan = carry("plan", "voting-ip-s0", env=env)
     calls = [json.loads(line[len("  carry: "):]) for line in plan.splitlines() if line.startswith("  carry: ")]
@@ -413,8 +420,13 @@ def test_carry_round_trip(tmp_path, carried):
         assert f"holds {min(n, 3 * i + 3)} part(s)" in out
         assert not os.listdir(tmp_path / "device-checkout" / ".carry" / "voting-ip-s0")  # moved, not copied
     assert "nothing carried" in carry("in", "voting-ip-s0", tmp_path / "gpu2", env=device, ok=False)
+    (tmp_path / "runs2" / ".voting-ip-s0.unpack.tmp" / "step_000099").mkdir(parents=True)  # of an unpack cut off
+    (tmp_path / "runs2" / "voting-ip-s0").mkdir()  # a start that made no checkpoint: replaced
+    (tmp_path / "runs2" / "voting-ip-s0" / "metrics.jsonl").write_text("{}\n")
     out = carry("unpack", "voting-ip-s0", tmp_path / "runs2", tmp_path / "gpu2", env=device)
-    assert out.startswith(f"voting-ip-s0: restored {tmp_path / 'runs2' / 'voting-ip-s0'} at step 40 (step_000040)")
+    assert out.startswith(f"voting-ip-s0: restored {tmp_path / 'runs2' / 'voting-ip-s0'} at step 40 (step_000040) "
+                          "(replacing a folder without a checkpoint)")
+    assert os.listdir(tmp_path / "runs2") == ["voting-ip-s0"]  # the stale .unpack.tmp gone, the new one renamed
 
     def files(d):
         return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()}
@@ -446,7 +458,8 @@ def test_carry_refuses_missing_or_corrupt_parts(tmp_path, carried):
     (kept / "voting-ip-s0.tar.017").write_bytes(bytes(data))
     err = carry("check", "voting-ip-s0", env=env, ok=False)
     assert "have sha256 " in err and "may be missing" not in err  # all there, the last one short
-    assert "differs from" in carry("keep", "voting-ip-s0", tmp_path / "device" / "2", env=env, ok=False)
+    err = carry("keep", "voting-ip-s0", tmp_path / "device" / "2", env=env, ok=False)
+    assert "differs from" in err and f"(if .carry/voting-ip-s0 holds an old pack: rm -rf {kept}, then keep again)" in err
     # unpack on the GPU machine checks too (everything carried in at once here); nothing is unpacked
     carry("in", "voting-ip-s0", tmp_path / "gpu2", env=device)
     assert "have sha256 " in carry("unpack", "voting-ip-s0", tmp_path / "runs2", tmp_path / "gpu2", env=device,
@@ -465,6 +478,7 @@ def test_carry_refuses_missing_or_corrupt_parts(tmp_path, carried):
                                                                                       "16777217"}, ok=False)
     for step in ("step_000020", "step_000040"):
         shutil.rmtree(run / step)
+    (run / "step_000060.tmp").mkdir()
     assert "holds no checkpoint" in carry("pack", run, tmp_path / "c", env=env, ok=False)  # a .tmp is none
     assert "$OUT is not a folder" in carry("out", "voting-ip-s0", 0, tmp_path / "gpu" / "carry",
                                            env={**env, "OUT": ""}, ok=False)
@@ -540,3 +554,65 @@ def test_extra_with_equals(tmp_path, fake, capsys):
                            "--results", str(tmp_path / "c2.jsonl")])
         err = capsys.readouterr().err
         assert e.value.code == 2 and not world.cmds and err.count("\n") == 1 and says in err, err
+
+
+def test_carry_pack_refuses_a_running_run_and_warns_of_lost_points(tmp_path):
+    import fcntl
+    run = fake_run(tmp_path / "runs" / "voting-ip-s0", evaluated=(0, 40))
+    env = {"CARRY_PART_BYTES": "1000", "CARRY_ROOT": str(tmp_path / "checkout"), "CARRY_LOGS": str(tmp_path / "logs")}
+    (run / "step_000060.tmp").mkdir()  # a checkpoint being written
+    assert "holds step_000060.tmp, a checkpoint being written" in carry("pack", run, tmp_path / "c", env=env, ok=False)
+    (run / "step_000060.tmp").rmdir()
+    for logs in (tmp_path / "logs", tmp_path / "runs" / "logs"):  # CARRY_LOGS, and campaign's default --logs
+        logs.mkdir()
+        with open(logs / "voting-ip-s0.lock", "a") as held:  # as bench/campaign.py's run_job holds it
+            fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            err = carry("pack", run, tmp_path / "c", env=env, ok=False)
+            assert f"{logs / 'voting-ip-s0.lock'} is held: a campaign is still running voting-ip-s0" in err
+    assert not (tmp_path / "c").exists() or not os.listdir(tmp_path / "c")
+    # released: packed, with a warning for step_000020, evaluated nowhere and left behind
+    p = subprocess.run(["bash", os.path.join(ROOT, "bench", "carry.sh"), "pack", run, tmp_path / "c"],
+                       env={**os.environ, **env}, capture_output=True, text=True)
+    assert p.returncode == 0 and p.stdout.startswith("voting-ip-s0: ")
+    assert p.stderr == (f"carry.sh: warning: {run}/eval.jsonl has no line for step_000020, which will not travel "
+                        "(only step_000040 does): their points are lost from the run's curve\n")
+    # unpack (the parts as `in` leaves them) under a held lock is refused too, and unpacks nothing
+    shutil.copytree(tmp_path / "c", tmp_path / "c2" / "voting-ip-s0")
+    with open(tmp_path / "logs" / "voting-ip-s0.lock", "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        assert "is held" in carry("unpack", "voting-ip-s0", tmp_path / "runs3", tmp_path / "c2", env=env, ok=False)
+    assert not (tmp_path / "runs3").exists()
+    assert "restored" in carry("unpack", "voting-ip-s0", tmp_path / "runs3", tmp_path / "c2", env=env)
+
+
+def test_carry_keep_in_a_worktree(tmp_path):
+    main, wt = tmp_path / "main", tmp_path / "wt"
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(["git", "init", "-q", main], check=True)
+    (main / "a.txt").write_text("a\n")
+    subprocess.run([*git, "-C", main, "add", "a.txt"], check=True)
+    subprocess.run([*git, "-C", main, "commit", "-qm", "a"], check=True)
+    subprocess.run([*git, "-C", main, "worktree", "add", "-q", wt], check=True, capture_output=True)
+    (tmp_path / "from").mkdir()
+    (tmp_path / "from" / "voting-ip-s0.tar.000").write_bytes(b"part")
+    out = carry("keep", "voting-ip-s0", tmp_path / "from", env={"CARRY_ROOT": str(wt)})
+    assert out.startswith(f"voting-ip-s0: kept 1 file(s) in {wt}/.carry/voting-ip-s0/, which holds 1 part(s)")
+    assert (main / ".git" / "info" / "exclude").read_text().splitlines()[-1] == "/.carry/"
+    assert subprocess.run(["git", "-C", wt, "status", "--porcelain"], capture_output=True, text=True).stdout == ""
+
+
+def test_carry_plan_warns_when_a_call_would_not_fit(tmp_path, carried):
+    run, env, _ = carried
+    checkout = tmp_path / "checkout"
+    (checkout / ".gitignore").write_text("ignored.bin\n")
+    (checkout / "ignored.bin").write_bytes(b"x" * 100000)  # ignored: not sent, not counted
+    (checkout / "big.bin").write_bytes(b"x" * 2000)  # untracked, not ignored: sent
+    env = {**env, "CARRY_CALL_BYTES": "6000"}  # the largest call: 3 parts of 1000 bytes and NAME.sha256
+    carry("plan", "voting-ip-s0", env=env)  # 2000 + 12 + ~3080 bytes: fits
+    (checkout / "big.bin").write_bytes(b"x" * 4000)
+    p = subprocess.run(["bash", os.path.join(ROOT, "bench", "carry.sh"), "plan", "voting-ip-s0"],
+                       env={**os.environ, **env}, capture_output=True, text=True)
+    assert p.returncode == 0 and "call 1 of" in p.stdout
+    assert re.fullmatch(r"carry\.sh: warning: the checkout \(4012 bytes: tracked files and untracked ones git does not "
+                        rf"ignore, in {re.escape(str(checkout))}\) and a call's 30\d\d bytes of parts exceed a call's "
+                        r"6000: .*\n", p.stderr), p.stderr
