@@ -248,7 +248,7 @@ checkout_fits() {
         [ $size -gt $parts ] && parts=$size
     done
     [ $((total + parts)) -le "$limit" ] ||
-        warn "the checkout ($total bytes: tracked files and untracked ones git does not ignore, in $ROOT) and a call's $parts bytes of parts exceed a call's $limit: make the checkout smaller (git status --ignored shows what travels) or the parts (CARRY_PART_BYTES, then pack again)"
+        warn "the checkout ($total bytes: tracked files and untracked ones git does not ignore, in $ROOT) and a call's $parts bytes of parts exceed a call's $limit: make the checkout smaller (git status lists the untracked files that travel) or the parts (CARRY_PART_BYTES, then pack again)"
 }
 
 cmd_plan() {
