@@ -623,7 +623,7 @@ def parse_args(argv=None):
     p.add_argument("--clip-high", type=float, default=0.28, help="PPO clip above 1 (reference: 0.28)")
     p.add_argument("--dual-clip", type=float, default=3.0, help="dual-clip cap for negative advantages, 0 = off")
     p.add_argument("--kl", default="0", help="KL-to-base coefficient: one number, or per role: evaluator=0.05")
-    p.add_argument("--coherence", default=None, help="I6: lambda in [0, 1], one or per role (worker=0.5): scale a "
+    p.add_argument("--coherence", default="0", help="I6: lambda in [0, 1], one or per role (worker=0.5): scale a "
                    "role's gradient by 1 - lambda * max(0, cos(gradient, its EMA))")
     p.add_argument("--coherence-window", type=int, default=128, help="I6: the EMA's window, tau = 1 - 1/window")
     p.add_argument("--adv-mean-only", action="store_true", help="advantage r - mean without dividing by std")
@@ -654,7 +654,7 @@ def parse_args(argv=None):
     args.kl_coefs = parse_role_values(p, "--kl", args.kl, args.workflow, ">= 0")
     args.role_weight_map = parse_role_values(p, "--role-weights", args.role_weights, args.workflow, "> 0") \
         if args.role_weights else None
-    args.coherence_map = parse_role_values(p, "--coherence", args.coherence or "0", args.workflow, ">= 0")
+    args.coherence_map = parse_role_values(p, "--coherence", args.coherence, args.workflow, ">= 0")
     if max(args.coherence_map.values()) > 1:
         p.error(f"--coherence takes lambdas in [0, 1], got {args.coherence!r}")
     args.command = ["train.py", *(sys.argv[1:] if argv is None else argv)]  # for config.json
