@@ -125,8 +125,7 @@ def _parse_row(row: dict) -> tuple[str, dict]:
 
 def load_problems(path: str, task: str | None = None, limit: int | None = None) -> list[dict]:
     """Problems from a JSONL file (one row per line) or a JSON list; `task` ('math'/'code') checks every row."""
-    p = Path(path)
-    if not p.is_file():
+    if not (p := Path(path)).is_file():
         raise FileNotFoundError(f"{path}: no such data file")
     text = p.read_text(encoding="utf-8")
     if p.suffix == ".json" or text.lstrip().startswith("["):

@@ -38,6 +38,7 @@ import math
 import os
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import torch
 import torch.nn as nn
@@ -292,8 +293,7 @@ def read_adapter(path: str) -> tuple[dict[str, torch.Tensor], dict]:
         # PEFT's keys to ours (which never start with the prefix nor end in ".weight": a no-op on them)
         tensors = {k.removeprefix(PEFT_PREFIX).removesuffix(".weight"): f.get_tensor(k) for k in f.keys()}
     if peft:
-        with open(os.path.join(path, "adapter_config.json")) as f:
-            c = json.load(f)
+        c = json.loads(Path(path, "adapter_config.json").read_text())
         if c.get("peft_type") != "LORA" or c.get("use_rslora") or c.get("alpha_pattern"):
             raise ValueError(f"{path}: not a plain PEFT LoRA adapter (peft_type LORA, no rsLoRA, no alpha_pattern)")
         meta = {"rank": c["r"], "alpha": c["lora_alpha"], "dropout": c.get("lora_dropout", 0.0),
@@ -353,8 +353,7 @@ def export_peft(src: str, out: str) -> list[str]:
         config = {"peft_type": "LORA", "task_type": "CAUSAL_LM", "base_model_name_or_path": cfg.get("model"),
                   "r": cfg["rank"], "lora_alpha": cfg["alpha"], "use_rslora": False, "lora_dropout": cfg["dropout"],
                   "target_modules": cfg["targets"], "bias": "none", "use_dora": False, "inference_mode": True}
-        with open(os.path.join(folder, "adapter_config.json"), "w") as f:
-            json.dump(config, f, indent=2)
+        Path(folder, "adapter_config.json").write_text(json.dumps(config, indent=2))
     return folders
 
 

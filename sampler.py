@@ -99,8 +99,7 @@ def sample(model, prompts, n=1, max_new_tokens=256, temperature=1.0, top_p=1.0, 
     if fast:
         return sample_fast(model, prompts, n, max_new_tokens, temperature, stop_ids, pad_id, generator,
                            min_new_tokens)
-    rows = [p for p in prompts for _ in range(n)]
-    if not rows:
+    if not (rows := [p for p in prompts for _ in range(n)]):
         return []
     ids, mask, positions = left_pad(rows, pad_id, device)  # raises on an empty prompt
     stops = torch.tensor(sorted(set(stop_ids) | {pad_id}), device=device)
@@ -261,8 +260,7 @@ def sample_fast(model, prompts, n=1, max_new_tokens=256, temperature=1.0, stop_i
     scores stay under `prefill_bytes` (long Eval-Opt histories would otherwise not fit)."""
     device = next(model.parameters()).device
     cuda_graph = device.type == "cuda" if cuda_graph is None else cuda_graph
-    rows = [p for p in prompts for _ in range(n)]
-    if not rows:
+    if not (rows := [p for p in prompts for _ in range(n)]):
         return []
     ids, pmask, positions = left_pad(rows, pad_id, device)  # raises on an empty prompt
     B, Lp = ids.shape

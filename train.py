@@ -69,6 +69,7 @@ from collections import Counter
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import timedelta
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -422,8 +423,7 @@ def record_start(args, start, device, adapters, n_problems):
     if world()[0] == 0:
         if start == 0 and os.path.exists(os.path.join(args.out, "config.json")):  # metrics, samples: "w" at step 0
             print(f"note: {args.out} stopped before its first checkpoint: starting it over from step 0", flush=True)
-        with open(os.path.join(args.out, "config.json"), "w") as f:
-            json.dump(config, f, indent=1)
+        Path(args.out, "config.json").write_text(json.dumps(config, indent=1))
         print(f"run {args.out}: {args.workflow} / {args.policy.upper()} / {args.task} on {args.model_used} ({device}"
               f"{f' x {world()[1]} ranks' if world()[1] > 1 else ''}), {n_problems} training problems, "
               f"adapters {adapters}", flush=True)
@@ -534,10 +534,8 @@ def load_checkpoint(args, model, adapters, optimizers, gen):
                                             e.rstrip().endswith("}") else math.inf),
                                            ("samples.txt", r"(?m)^(?==== step \d+ )", lambda e: int(e.split()[2]))):
             if rank == 0 and os.path.exists(path := os.path.join(args.out, name)):
-                with open(path) as f:
-                    kept = [e for e in re.split(entry_start, f.read()) if e.strip() and step_of(e) <= state["step"]]
-                with open(path, "w") as f:
-                    f.writelines(kept)
+                kept = [e for e in re.split(entry_start, Path(path).read_text()) if e.strip() and step_of(e) <= state["step"]]
+                Path(path).write_text("".join(kept))
     except Exception as e:  # a truncated or foreign file (safetensors, pickle, shapes, keys)
         print(f"error: --resume: cannot restore {folder} ({type(e).__name__}: {' '.join(str(e).split()).split('. ')[0]})",
               file=sys.stderr)
@@ -676,8 +674,7 @@ def run_folder(p, argv, args):
     its saved settings under --resume, else with the flags given."""
     out = args.out or p.error("--resume needs --out DIR (the run to continue)")
     try:
-        with open(os.path.join(out, "config.json")) as f:
-            config = json.load(f)
+        config = json.loads(Path(out, "config.json").read_text())
     except (OSError, ValueError):
         config = None
     ours = isinstance(config, dict) and {"workflow", "policy", "model_used"} <= config.keys()

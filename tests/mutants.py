@@ -159,7 +159,7 @@ MUTANTS = [
     ("sampling-ignores-temperature", "sampler.py", "pick", "scaled = logits / temperature", "scaled = logits",
      SAMPLER),
     ("samples-not-prompt-major", "sampler.py", "sample",
-     "rows = [p for p in prompts for _ in range(n)]", "rows = [p for _ in range(n) for p in prompts]", SAMPLER),
+     "rows := [p for p in prompts for _ in range(n)]", "rows := [p for _ in range(n) for p in prompts]", SAMPLER),
     ("decode-writes-cache-slot-0", "sampler.py", "StaticKV.update", "self.pos.view(1)", "self.steps[:1]", SAMPLER_FAST),
     # workflows.py
     ("evalopt-final-is-first-attempt", "workflows.py", "_evalopt",
