@@ -13,6 +13,8 @@ question; a gold 27.0 becomes "27", a number with a unit in parentheses, "9 (app
 answer or a \\boxed{} solution); DAPO (prompt or chat messages; solution or reward_model.ground_truth); MBPP (text,
 test_list, the prompt showing the first test only; test_setup_code goes into test_code, as it uses the solution's classes); HumanEval (prompt, test,
 entry_point); io-test rows (prompt/question/problem + io_tests, inputs/outputs or APPS-style input_output).
+Also a run folder's JSONL logs (metrics.jsonl, eval.jsonl): append_jsonl drops a last line cut off by a kill before
+it appends, read_jsonl skips one.
 Left out: downloading data sets, splitting a user's file (pass separate train/test files).
 """
 import ast
@@ -21,6 +23,7 @@ import hashlib
 import json
 import random
 import re
+import sys
 from pathlib import Path
 
 from rewards import gold_answer, last_boxed
@@ -162,6 +165,33 @@ def load_problems(path: str, task: str | None = None, limit: int | None = None) 
     if not problems:
         raise ValueError(f"{path}: no problems in this file")
     return problems
+
+
+# ------------------------------------------------------------------------------- a run folder's JSONL logs
+# metrics.jsonl (train.py), eval.jsonl (eval.py, bench/campaign.py): one JSON line appended per record. A kill
+# mid-write (a GPU lease ending) can leave the last line cut off, without its newline.
+
+def read_jsonl(path, quiet=False) -> list:
+    """The JSON lines of path ([] if there is none). A last line without its newline (an append cut off, or one
+    being written) is skipped, with a warning naming the file unless quiet (a status poll)."""
+    text = Path(path).read_text() if Path(path).exists() else ""
+    *lines, tail = text.split("\n")  # tail: '' when the file ends in a newline
+    if tail.strip() and not quiet:
+        print(f"warning: {path}: its last line has no newline (an append cut off?): skipped", file=sys.stderr)
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def append_jsonl(path, *records, new=False) -> None:
+    """Append each record to path (created if missing; emptied first if new) as one JSON line. A last line
+    without its newline is dropped first, with a warning naming the file: appended after it, a record would
+    merge with it into one broken line. With no records (any text file): only that. Readers never truncate:
+    they may run while a line is being written."""
+    with open(path, "w+b" if new else "a+b") as f:  # a+: reads from anywhere, writes at the end
+        f.seek(0)
+        if cut := len(text := f.read()) - text.rfind(b"\n") - 1:  # the bytes after the last newline
+            f.truncate(len(text) - cut)
+            print(f"warning: {path}: dropped a cut-off last line ({cut} bytes)", file=sys.stderr)
+        f.writelines(json.dumps(r).encode() + b"\n" for r in records)
 
 
 # ------------------------------------------------------------------------------------- built-in default

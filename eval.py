@@ -14,7 +14,8 @@ is sampled with the same seed, so checkpoints differ by their weights, not by th
 Adapter maps: base {r: None}, SP {r: "shared"}, IP {r: r}; --transfer all puts a single-agent adapter
 on every role, --transfer solvers only on generators and workers (the base model plays the rest).
 eval.jsonl holds one line per (checkpoint, settings); a rerun skips what is there, so it resumes (also
-after Ctrl-C, which prints one line and exits with 130, the shell's code for it).
+after Ctrl-C, which prints one line and exits with 130, the shell's code for it; a last line cut off by a
+kill is dropped, with a warning, and its step evaluated again).
 Sampling settings (temperature, lengths, rounds, voters) are the run's own under --run, else the defaults.
 Left out: maj@k and other voting baselines, per-sample text dumps (train.py writes samples.txt), vLLM.
 matplotlib is optional: without it the plots are skipped with a message and the tables still work.
@@ -32,7 +33,7 @@ import numpy as np
 import torch
 
 import lora
-from data import builtin_problems, load_problems
+from data import append_jsonl, builtin_problems, load_problems, read_jsonl
 from models import TINY, load_default_model
 from train import checkpoints
 from workflows import WORKFLOWS, adapter_map, answer_monitor, make_policy, mean, run_workflow
@@ -212,13 +213,6 @@ def plot_run(run, records):
     return list(figs)
 
 
-def read_jsonl(path):
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
 # ----------------------------------------------------------------------------- CLI
 
 def parse_args(argv=None):
@@ -292,7 +286,7 @@ def main_run(args):
         raise ValueError(f"{run} trained on {config['task']}, not {args.task}")
     task, name = config["task"], args.model or config["model_used"]
     s, problems = settings_and_problems(args, config, name, task)  # before the model: bad data fails at once
-    done = {r["step"] for r in read_jsonl(path) if r["settings"] == s}
+    done = {r["step"] for r in read_jsonl(path, quiet=True) if r["settings"] == s}  # a cut-off line: append_jsonl says so
     if any(step not in done for step, _ in steps):
         model, tok, _ = load_default_model(name, args.device)
     for step, folder in steps:
@@ -303,10 +297,9 @@ def main_run(args):
         adapters, mode = (adapter_map(s["workflow"], "base"), "base") if folder is None else \
             load_adapters(model, os.path.join(run, folder), s["workflow"], args.transfer)
         r = evaluate(model, tok, problems, s["workflow"], adapters, task, **{k: s[k] for k in EVAL_KEYS})
-        with open(path, "a") as f:
-            f.write(json.dumps({"step": step, "checkpoint": folder or "base", "workflow": s["workflow"],
-                                "policy": config["policy"].upper() + (f"->{args.transfer}" if args.transfer else ""),
-                                "task": task, "model": name, "settings": s, **r}) + "\n")
+        append_jsonl(path, {"step": step, "checkpoint": folder or "base", "workflow": s["workflow"],  # whole lines
+                            "policy": config["policy"].upper() + (f"->{args.transfer}" if args.transfer else ""),
+                            "task": task, "model": name, "settings": s, **r})
         print(f"step {step} ({mode}): pass@1 {r['pass@1']:.3f} ± {r['pass@1_se']:.3f} "
               f"({time.perf_counter() - t0:.1f} s)", flush=True)
     records = sorted((r for r in read_jsonl(path) if r["settings"] == s), key=lambda r: r["step"])

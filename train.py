@@ -79,7 +79,7 @@ from tqdm import tqdm
 
 import grpo
 import lora
-from data import builtin_problems, load_problems
+from data import append_jsonl, builtin_problems, load_problems
 from models import TINY, load_default_model
 from workflows import WORKFLOWS, adapter_map, answer_monitor, grade_episodes, make_policy, mean, run_workflow
 
@@ -131,8 +131,7 @@ def run(args):
             if rank == 0:
                 if eval_set and (step + 1) % args.eval_every == 0:
                     metrics["eval_accuracy"] = held_out_accuracy(model, tok, eval_set, args)
-                with open(os.path.join(args.out, "metrics.jsonl"), "a" if step else "w") as f:  # step 0: starts over
-                    f.write(json.dumps(metrics) + "\n")
+                append_jsonl(os.path.join(args.out, "metrics.jsonl"), metrics, new=step == 0)  # step 0: starts over
                 if args.sample_every and (step + 1) % args.sample_every == 0 or step == 0:
                     write_sample(args.out, step + 1, episodes[0], tok)
             bar.set_postfix(reward=f"{metrics['reward_mean']:.3f}", skipped=metrics["skipped_steps"])
@@ -528,12 +527,12 @@ def load_checkpoint(args, model, adapters, optimizers, gen):
         else:  # a rank the saved run did not have
             seed_streams(gen, args.seed, state["step"])
         # rank 0: metrics and samples logged after the checkpoint (steps it did not save) are dropped: redone.
-        # An entry is a line of metrics.jsonl, or a block of samples.txt starting with "=== step N ".
-        # A line cut off by a kill (not ending in "}") is dropped too. The file is read whole before it is rewritten.
-        for name, entry_start, step_of in (("metrics.jsonl", r"(?m)^", lambda e: json.loads(e)["step"] if
-                                            e.rstrip().endswith("}") else math.inf),
+        # An entry is a line of metrics.jsonl, or a block of samples.txt starting with "=== step N ". A last
+        # line cut off by a kill (no newline) is dropped first. The file is read whole before it is rewritten.
+        for name, entry_start, step_of in (("metrics.jsonl", r"(?m)^", lambda e: json.loads(e)["step"]),
                                            ("samples.txt", r"(?m)^(?==== step \d+ )", lambda e: int(e.split()[2]))):
             if rank == 0 and os.path.exists(path := os.path.join(args.out, name)):
+                append_jsonl(path)  # with a warning naming the file
                 kept = [e for e in re.split(entry_start, Path(path).read_text()) if e.strip() and step_of(e) <= state["step"]]
                 Path(path).write_text("".join(kept))
     except Exception as e:  # a truncated or foreign file (safetensors, pickle, shapes, keys)

@@ -50,6 +50,8 @@ import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from data import read_jsonl  # noqa: E402  (the reader of eval.py; a cut-off last line skipped with a warning)
 RESULTS = os.path.join(ROOT, "docs", "results", "campaign.jsonl")
 # The grid's fixed settings (docs/results.md, "The 0.5B grid"): the same for every run. Constant lr after
 # warm-up: a cosine decay over ~100 steps would shrink the late updates and hide post-peak declines.
@@ -89,19 +91,6 @@ def parse_name(name):
     if config not in CONFIGS or not seed.isdigit():
         sys.exit(f"error: {name!r} is not CONFIG-sSEED with CONFIG one of {', '.join(CONFIGS)}")
     return config, int(seed)
-
-
-def read_jsonl(path, quiet=False):
-    """The JSON lines of path ([] if there is none). A last line without its newline (an append cut off, e.g.
-    by a lease ending) is skipped, with a warning naming the file unless quiet (a status poll: it may be a
-    line being written)."""
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        *lines, tail = f.read().split("\n")  # tail: '' when the file ends in a newline
-    if tail.strip() and not quiet:
-        print(f"warning: {path}: its last line has no newline (an append cut off?): skipped", file=sys.stderr)
-    return [json.loads(line) for line in lines if line.strip()]
 
 
 def extra_flags(extra):
@@ -250,9 +239,8 @@ if any(r['step'] == 0 and r['settings'] == s for r in E.read_jsonl(path)):
 model, tok, _ = E.load_default_model(name, args.device)
 r = E.evaluate(model, tok, problems, s['workflow'], E.adapter_map(s['workflow'], 'base'), task,
                **{k: s[k] for k in E.EVAL_KEYS})
-with open(path, 'a') as f:
-    f.write(json.dumps({'step': 0, 'checkpoint': 'base', 'workflow': s['workflow'], 'policy':
-                        config['policy'].upper(), 'task': task, 'model': name, 'settings': s, **r}) + chr(10))
+E.append_jsonl(path, {'step': 0, 'checkpoint': 'base', 'workflow': s['workflow'], 'policy': config['policy'].upper(),
+                      'task': task, 'model': name, 'settings': s, **r})
 print(f"step 0 (base): pass@1 {r['pass@1']:.3f} +- {r['pass@1_se']:.3f}")
 """
 POLL_S = 5  # how often run_job looks for a new checkpoint to evaluate while training

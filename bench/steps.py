@@ -5,16 +5,19 @@ update by adapter. Medians over the steps after --skip (the first step captures 
     python bench/steps.py runs/evalopt-ip runs/single-ip        # one table per run
 """
 import argparse
-import json
 import os
 import statistics
+import sys
 from collections import defaultdict
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from data import read_jsonl  # noqa: E402  (a cut-off last line, as of a run being written, is skipped with a warning)
 
 
 def breakdown(path, skip=1):
     """{"steps": n, "total", "rollout", "reward", "old_logprobs", "update": median seconds, "roles": {role: {"calls",
     "rows", "tokens", "seconds"}: medians per step}, "adapters": {adapter: median update seconds}} for one run."""
-    rows = [json.loads(line) for line in open(os.path.join(path, "metrics.jsonl")) if line.strip()]
+    rows = read_jsonl(os.path.join(path, "metrics.jsonl"))
     rows = rows[skip:] if len(rows) > skip else rows
     med = lambda xs: statistics.median(xs) if xs else None
     out = {"steps": len(rows), **{k: med([r["time"][k] for r in rows]) for k in ("total", "rollout", "reward",

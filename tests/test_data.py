@@ -191,3 +191,26 @@ def test_bad_body_question_row_names_file_and_line(tmp_path, row, fragment):
     with pytest.raises(ValueError) as e:
         data.load_problems(path)
     assert f"{path}:2:" in str(e.value) and fragment in str(e.value)
+
+
+# --------------------------------------------------------------------------- a run folder's JSONL logs
+
+def test_append_jsonl_drops_a_cut_off_last_line_and_read_jsonl_skips_it(tmp_path, capsys):
+    """Regression: train.py and eval.py appended after a line cut off by a kill (no newline), merging it and
+    the next record into one broken line. append_jsonl truncates the file after its last newline first, with
+    one warning naming the file; read_jsonl (which never truncates: it may run beside a writer) skips it."""
+    path = tmp_path / "eval.jsonl"
+    data.append_jsonl(path, {"step": 0})  # created
+    path.write_text(path.read_text() + '{"step": 1, "pass')
+    assert data.read_jsonl(path) == [{"step": 0}] and path.read_text().endswith('"pass')  # read only
+    assert capsys.readouterr().err == f"warning: {path}: its last line has no newline (an append cut off?): skipped\n"
+    data.append_jsonl(path, {"step": 1}, {"step": 2})
+    assert path.read_text() == '{"step": 0}\n{"step": 1}\n{"step": 2}\n'
+    assert capsys.readouterr().err == f"warning: {path}: dropped a cut-off last line (17 bytes)\n"
+    path.write_text('{"step": 3}')  # a whole record without its newline is cut off too: the write did not finish
+    data.append_jsonl(path)  # no records: only the repair (train.py's resume, before it rewrites the log)
+    assert path.read_text() == "" and "dropped a cut-off last line (11 bytes)" in capsys.readouterr().err
+    data.append_jsonl(path, {"step": 4})
+    data.append_jsonl(path, {"step": 5}, new=True)  # train.py's step 0: the log starts over
+    assert data.read_jsonl(path) == [{"step": 5}] and not capsys.readouterr().err
+    assert data.read_jsonl(tmp_path / "missing.jsonl") == []

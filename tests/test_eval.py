@@ -266,6 +266,36 @@ def test_ctrl_c_is_one_line_and_exit_130(run_dir, tmp_path, monkeypatch, capsys)
     assert [r["step"] for r in ev.read_jsonl(os.path.join(run, "eval.jsonl")) if r["n"] == 1] == [0, 1]
 
 
+@pytest.mark.parametrize("cut", ["mid-record", "before its newline"])
+def test_rerun_after_a_cut_off_line_loses_no_record(run_dir, tmp_path, capsys, cut):
+    """Regression: an eval.jsonl line cut off by a kill (a GPU lease ending) broke the next `--run`: a cut
+    mid-record made every read fail; a record whose newline was lost was counted as done and the next
+    record was appended onto it, one broken line. Now --compare skips the cut line with a warning, and the
+    rerun drops it (one warning naming the file), evaluates that step again and appends whole lines."""
+    run = str(tmp_path / "run")
+    shutil.copytree(run_dir, run)
+    path, args = os.path.join(run, "eval.jsonl"), ["--run", run, "--problems", "1", "--n", "1", "--no-plots"]
+    if os.path.exists(path):  # the module's run_dir may hold another test's records (other settings)
+        os.remove(path)
+    ev.main([*args, "--every", "2"])  # steps 0 and 2
+    with open(path, "rb") as f:
+        text = f.read()
+    last = text.rstrip(b"\n").rsplit(b"\n", 1)[1]
+    kept = text[:-1] if cut == "before its newline" else text[:len(text) - len(last) // 2 - 1]
+    with open(path, "wb") as f:
+        f.write(kept)
+    capsys.readouterr()
+    ev.main(["--compare", run])  # a reader skips the cut line
+    assert capsys.readouterr().err == f"warning: {path}: its last line has no newline (an append cut off?): skipped\n"
+    ev.main(args)
+    dropped = len(kept) - kept.rfind(b"\n") - 1
+    assert capsys.readouterr().err == f"warning: {path}: dropped a cut-off last line ({dropped} bytes)\n"
+    with open(path) as f:
+        records = [json.loads(line) for line in f]  # every line parses
+    assert [r["step"] for r in records] == [0, 1, 2]
+    assert records[2] == json.loads(last)  # step 2 evaluated again: the same record, nothing lost
+
+
 @pytest.mark.parametrize("argv,message", [(["--max-new-tokens", "0"], "--max-new-tokens must be at least 1"),
                                           (["--run", "a", "--compare", "b"], "not allowed with argument --run")])
 def test_bad_flags(argv, message, capsys):
