@@ -61,6 +61,9 @@ REWARDS = ids("test_rewards.py",  # not the real-data and adversarial-sandbox te
               "test_grade_batch_mixed_and_order")
 REWARDS_GAMED = ids("test_rewards.py", "test_math_issue_false_positives", "test_math_issue_false_negatives",
                     "test_math_pathological_inputs_are_fast")
+JSONL = [*ids("test_data.py", "test_append_jsonl_drops_a_cut_off_last_line_and_read_jsonl_skips_it"),  # a run's logs
+         *ids("test_eval.py", "test_rerun_after_a_cut_off_line_loses_no_record"),
+         *ids("test_train.py", "test_resume_drops_a_metrics_line_cut_off_by_a_kill")]
 REWARDS_SANDBOX = ids("test_rewards.py", "test_adversary_always_equal_objects", "test_adversary_shadows_builtins_the_tests_call",
                       "test_malformed_problems_fail_closed", "test_strict_comparisons_keep_legitimate_answers")
 
@@ -214,6 +217,8 @@ MUTANTS = [
     ("eval-se-without-bessel", "eval.py", "evaluate", "np.std(right / n, ddof=1)", "np.std(right / n)", EVAL),
     ("pass-at-k-biased", "eval.py", "pass_at_k",
      "1.0 - math.comb(n - c, k) / math.comb(n, k)", "1.0 - (1 - c / n) ** k", EVAL),
+    # data.py: appending after a line cut off by a kill merges it and the new record into one broken line
+    ("jsonl-append-keeps-a-cut-off-line", "data.py", "append_jsonl", "f.truncate(len(text) - cut)", "pass", JSONL),
 ]
 
 
