@@ -254,12 +254,13 @@ def parse_args(argv=None):
 
 def settings_and_problems(args, config, model, task):
     """Everything that changes the numbers (a record in eval.jsonl is reused only when all match), and the
-    held-out problems. seed and chunk are fixed: another chunk size would be another random stream."""
+    held-out problems. seed is fixed, and chunk (problems in lock-step) follows n: 256 episodes at a time, the
+    memory of two training batches of 16 x 8; another chunk size would be another random stream."""
     tiny, data = model == TINY, args.data or config.get("eval_data")
     s = {"model": model, "workflow": args.workflow or config.get("workflow", "single"), "transfer": args.transfer,
          "data": data or f"builtin-test-seed{config.get('seed', 0)}",
          "problems": args.problems or (None if data else 8 if tiny else 200), "n": args.n, "ks": args.ks,
-         "greedy": args.greedy, "seed": 0, "chunk": 32}
+         "greedy": args.greedy, "seed": 0, "chunk": max(1, 256 // args.n)}
     for k, default in (("temperature", 0.7), ("top_p", 1.0), ("max_new_tokens", 24 if tiny else 512),
                        ("max_prompt_tokens", 3072), ("rounds", None), ("voters", 3)):  # the flag, else the run's
         s[k] = config.get(k, default) if getattr(args, k, None) is None else getattr(args, k)
