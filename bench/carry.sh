@@ -52,7 +52,8 @@
 # (CARRY_CALL_BYTES). unpack extracts into RUNS_DIR/.NAME.unpack.tmp and renames it RUNS_DIR/NAME.
 #
 # A multi-agent checkpoint is 0.85-1.3 GB (fp32 adapters and AdamW states): 52-79 parts, 13-20 calls out
-# and 18-27 calls in, all within one machine's lease each way. Parts are 15.75 MiB (CARRY_PART_BYTES, at
+# and 18-27 calls in, all within one machine's lease each way. Measured 2026-12-01: one `out` call (4 parts
+# and 2 logs, 64 MiB) cost 18.5 s of lease time, so 1.2 GB out is about 6 minutes: stop training early enough. Parts are 15.75 MiB (CARRY_PART_BYTES, at
 # most 16 MiB), so that 4 of them and NAME.sha256 fit under $OUT's 64 MiB (CARRY_OUT_BYTES, 64 MiB - 64 KiB)
 # and 3 with the checkout under a call's 64 MiB. Every error is one line on stderr and a non-zero exit.
 # Only bash, coreutils, tar, sha256sum, flock and git (keep, plan). CARRY_ROOT (default: this checkout) is
