@@ -343,17 +343,32 @@ def locked_job(job, gpu, args, lock):
                           {"gpu": gpu_name(gpu), "runs_per_gpu": args.per_gpu, "train_wall_s": job["train_wall_s"],
                            "eval_wall_s": job["eval_wall_s"], "eval_while_training": args.eval_while_training,
                            "command": " ".join(fresh[1:]), "eval_command": " ".join(evaluate[1:])})
-    with lock:  # replace an older record of the same run (--force), keep the rest
-        keep = [r for r in read_jsonl(args.results) if key(r) != key(record)]
-        os.makedirs(os.path.dirname(args.results) or ".", exist_ok=True)
-        with open(args.results, "w") as f:
-            f.writelines(json.dumps(r) + "\n" for r in keep + [record])
+    with lock:
+        save_record(args.results, record)
     job["phase"] = (f"done: base {record['base']['pass@1']:.3f}, peak {record['peak']['pass@1']:.3f} (step "
                     f"{record['peak']['step']}), final {record['final']['pass@1']:.3f} ± {record['final']['se']:.3f}")
 
 
 def key(r):
     return r["config"], r["seed"], r["model"]
+
+
+def save_record(results, record):
+    """Add `record` to the results file, replacing an older record of the same run (--force), keeping the
+    rest. Under an flock on the file's folder (another campaign process on the same checkout waits: two
+    runs' records never overwrite each other), written to a temporary file and renamed, so a kill mid-write
+    leaves the old file whole."""
+    folder = os.path.dirname(os.path.abspath(results))
+    os.makedirs(folder, exist_ok=True)
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        keep = [r for r in read_jsonl(results) if key(r) != key(record)]
+        with open(results + ".tmp", "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in keep + [record])
+        os.replace(results + ".tmp", results)
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def plot(results, out_dir):

@@ -616,3 +616,40 @@ def test_carry_plan_warns_when_a_call_would_not_fit(tmp_path, carried):
     assert re.fullmatch(r"carry\.sh: warning: the checkout \(4012 bytes: tracked files and untracked ones git does not "
                         rf"ignore, in {re.escape(str(checkout))}\) and a call's 30\d\d bytes of parts exceed a call's "
                         r"6000: .*\n", p.stderr), p.stderr
+
+
+def _save_many(results, worker, count):
+    for i in range(count):
+        campaign.save_record(results, {"config": f"w{worker}", "seed": i, "model": "m", "pass": i})
+
+
+def test_save_record_two_processes_and_a_kill(tmp_path, monkeypatch):
+    """Two processes saving records into one file at once keep all of them (each save reads, filters and
+    rewrites the file: without the lock one overwrites the other's); a save killed mid-write leaves the
+    old file whole; a record of the same run replaces the older one."""
+    import multiprocessing
+    results = str(tmp_path / "results" / "campaign.jsonl")
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_save_many, args=(results, w, 25)) for w in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert [p.exitcode for p in procs] == [0, 0]
+    rows = campaign.read_jsonl(results)
+    assert sorted((r["config"], r["seed"]) for r in rows) == [(f"w{w}", i) for w in range(2) for i in range(25)]
+    campaign.save_record(results, {"config": "w0", "seed": 3, "model": "m", "pass": "new"})  # --force: replaced
+    rows = campaign.read_jsonl(results)
+    assert len(rows) == 50 and [r["pass"] for r in rows if r["config"] == "w0" and r["seed"] == 3] == ["new"]
+    before = pathlib.Path(results).read_text()
+    calls = iter(range(10**6))
+    real_dumps = json.dumps
+
+    def dies_midway(obj, *a, **k):  # the 10th record written: the process "dies"
+        if next(calls) == 10:
+            raise KeyboardInterrupt
+        return real_dumps(obj, *a, **k)
+    monkeypatch.setattr(campaign.json, "dumps", dies_midway)
+    with pytest.raises(KeyboardInterrupt):
+        campaign.save_record(results, {"config": "w9", "seed": 0, "model": "m"})
+    assert pathlib.Path(results).read_text() == before
