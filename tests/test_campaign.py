@@ -576,6 +576,11 @@ def test_carry_pack_refuses_a_running_run_and_warns_of_lost_points(tmp_path):
     assert p.returncode == 0 and p.stdout.startswith("voting-ip-s0: ")
     assert p.stderr == (f"carry.sh: warning: {run}/eval.jsonl has no line for step_000020, which will not travel "
                         "(only step_000040 does): their points are lost from the run's curve\n")
+    with open(run / "eval.jsonl", "a") as f:  # step 20's line cut off by a kill (no newline): still no evaluation
+        f.write('{"step": 20, "checkpoint": "step_000020", "pass@1": 0.3')
+    p2 = subprocess.run(["bash", os.path.join(ROOT, "bench", "carry.sh"), "pack", run, tmp_path / "c9"],
+                        env={**os.environ, **env}, capture_output=True, text=True)
+    assert p2.returncode == 0 and p2.stderr == p.stderr
     # unpack (the parts as `in` leaves them) under a held lock is refused too, and unpacks nothing
     shutil.copytree(tmp_path / "c", tmp_path / "c2" / "voting-ip-s0")
     with open(tmp_path / "logs" / "voting-ip-s0.lock", "a") as held:
