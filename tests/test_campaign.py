@@ -87,12 +87,14 @@ def test_names_and_skipping(tmp_path, capsys):
 
 def test_plots(run_dir, tmp_path):
     pytest.importorskip("matplotlib")
-    r = campaign.build_record(run_dir, "single-s1", "m", "gsm8k/test.jsonl", 500, 2)
+    r = campaign.build_record(run_dir, "single-s1", campaign.DEFAULT_MODEL, "gsm8k/test.jsonl", 500, 2)
     out = tmp_path / "results"
     out.mkdir()
-    write_jsonl(out / "c.jsonl", [r, {**r, "name": "evalopt-ip-s0", "config": "evalopt-ip"}])
+    write_jsonl(out / "c.jsonl", [r, {**r, "name": "evalopt-ip-s0", "config": "evalopt-ip"},
+                                  {**r, "model": "M15", "task": "code"}])  # another model and task: its own figures
     campaign.plot(str(out / "c.jsonl"), str(out))  # C5 has no run yet: no figure
-    assert sorted(os.listdir(out)) == ["c.jsonl", "claim-C1.png", "claim-C2.png", "claim-C3.png", "claim-C4.png"]
+    assert sorted(os.listdir(out)) == ["c.jsonl", "claim-C1-M15-code.png", "claim-C1.png", "claim-C2-M15-code.png",
+                                       "claim-C2.png", "claim-C3.png", "claim-C4.png"]
 
 
 def test_step_breakdown_of_a_tiny_run(tmp_path):
@@ -159,7 +161,8 @@ class FakeProcesses:
             if self.polls == 1:
                 os.makedirs(self.out, exist_ok=True)
                 (pathlib.Path(self.out) / "config.json").write_text(json.dumps(
-                    {"workflow": "single", "policy": "ip", "task": "math", "seed": 0, "data": None,
+                    {"workflow": "single", "policy": "ip", "seed": 0, "data": None,
+                     "task": self.cmd[len(self.cmd) - self.cmd[::-1].index("--task")] if "--task" in self.cmd else "math",
                      "steps": self.target, "save_every": self.every, "model_used": "tiny"}))
             elif self.tmp:
                 if self.w.evals == 0:
@@ -226,7 +229,8 @@ def fake(monkeypatch):
 def campaign_main(tmp_path, *flags, steps=6):
     """bench/campaign.py single-s0 on the tiny settings -> its exit status."""
     with pytest.raises(SystemExit) as e:
-        campaign.main(["single-s0", "--gpus", "cpu", "--model", "tiny", "--train-data", "", "--eval-data", "",
+        campaign.main(["single-s0", "--gpus", "cpu", "--model", "tiny", "--model-name", campaign.DEFAULT_MODEL,
+                       "--train-data", "", "--eval-data", "",
                        "--eval-problems", "4", "--eval-n", "1", "--eval-every", "2", "--status-every", "0.05",
                        "--extra", f"--steps {steps} --problems 2", "--runs", str(tmp_path / "runs"),
                        "--results", str(tmp_path / "c.jsonl"), *flags])
@@ -537,7 +541,8 @@ def test_a_cut_off_last_line_is_skipped(tmp_path, capsys):
 def test_extra_with_equals(tmp_path, fake, capsys):
     world = fake()
     with pytest.raises(SystemExit) as e:
-        campaign.main(["single-s0", "--gpus", "cpu", "--model", "tiny", "--train-data", "", "--eval-data", "",
+        campaign.main(["single-s0", "--gpus", "cpu", "--model", "tiny", "--model-name", campaign.DEFAULT_MODEL,
+                       "--train-data", "", "--eval-data", "",
                        "--eval-problems", "4", "--eval-n", "1", "--eval-every", "2", "--status-every", "0.05",
                        "--extra=--steps=4 --problems 2 --warmup=1", "--runs", str(tmp_path / "runs"),
                        "--results", str(tmp_path / "c.jsonl")])
@@ -658,3 +663,47 @@ def test_save_record_two_processes_and_a_kill(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         campaign.save_record(results, {"config": "w9", "seed": 0, "model": "m"})
     assert pathlib.Path(results).read_text() == before
+
+
+def test_code_cells_and_another_model(tmp_path, fake):
+    """--task code: the grid's flags plus --task code --max-new-tokens 512, trained on MBPP without its test
+    split (task ids 11-510), evaluated on every problem of a file shorter than --eval-problems; its run folder,
+    log and record are its own, so a math record of the same cell does not skip it; another model's cell too."""
+    mbpp, he = tmp_path / "mbpp" / "mbpp.jsonl", tmp_path / "he.jsonl"
+    mbpp.parent.mkdir()
+    write_jsonl(mbpp, [{"task_id": i, "text": "t", "code": "c", "test_list": []} for i in [*range(1, 13), *range(509, 513)]])
+    write_jsonl(he, [{"task_id": f"HumanEval/{i}"} for i in range(3)])
+    results = tmp_path / "c.jsonl"
+    write_jsonl(results, [{"config": "single", "seed": 0, "model": campaign.DEFAULT_MODEL, "task": "math"}])
+
+    def cell(*flags):
+        with pytest.raises(SystemExit) as e:
+            campaign.main(["single-s0", "--gpus", "cpu", "--model", "tiny", "--eval-n", "1", "--eval-every", "2",
+                           "--status-every", "0.05", "--extra", "--steps 4 --problems 2", "--runs",
+                           str(tmp_path / "runs"), "--results", str(results), *flags])
+        return e.value.code
+    world = fake(problems=3)
+    world.settings["data"] = str(he)
+    assert cell("--task", "code", "--model-name", campaign.DEFAULT_MODEL, "--train-data", str(mbpp),
+                "--eval-data", str(he)) == 0
+    train = world.cmds[0]
+    d = str(tmp_path / "runs" / "single-s0-code")
+    assert train[-2:] == ["--out", d] and train[train.index("--task", train.index("--task") + 1) + 1] == "code"
+    assert train[train.index("--max-new-tokens", train.index("--max-new-tokens") + 1) + 1] == "512"
+    data = train[train.index("--data") + 1]
+    assert data == str(tmp_path / "runs" / "mbpp" / "train-outside-11-510.jsonl")
+    assert [r["task_id"] for r in campaign.read_jsonl(data)] == [*range(1, 11), 511, 512]
+    assert world.cmds[-1][world.cmds[-1].index("--problems") + 1] == "3"  # all 3, not 500
+    assert os.path.exists(tmp_path / "runs" / "logs" / "single-s0-code.log")
+    rows = campaign.read_jsonl(results)
+    assert [(r["config"], r.get("task")) for r in rows] == [("single", "math"), ("single", "code")]
+    assert rows[1]["name"] == "single-s0" and rows[1]["eval_problems"] == 3
+    world = fake(problems=3)  # recorded now: skipped
+    assert cell("--task", "code", "--model-name", campaign.DEFAULT_MODEL, "--train-data", str(mbpp),
+                "--eval-data", str(he)) == 0 and not world.cmds
+    world = fake(problems=3)  # the same cell of another model: a folder of its own
+    world.settings["data"] = str(he)
+    assert cell("--task", "code", "--train-data", str(mbpp), "--eval-data", str(he)) == 0
+    assert world.cmds[0][-1] == str(tmp_path / "runs" / "single-s0-code-tiny")
+    assert cell("--task", "code", "--train-data", str(tmp_path / "nope.jsonl"), "--eval-data", str(he),
+                "--force").startswith("error: no such data file")
