@@ -33,6 +33,8 @@ import torch
 import torch.nn.functional as F
 from transformers import AttentionInterface, DynamicCache
 
+from grpo import output_head
+
 
 @dataclass
 class Completion:
@@ -185,6 +187,9 @@ def gqa_attention(module, query, key, value, attention_mask, scaling=None, dropo
     vLLM's engine had started: SDPA with enable_gqa and a mask took the math path, which copies the cache
     per query head and computes in fp32 (45 ms per decode step at 512 rows, 7.3 ms folded); HF's SDPA
     path copies per head too. Returns (B, q, H, D) as HF's attention functions do."""
+    if attention_mask is None:  # sample_fast's right-padded prefill: plain causal attention (a flash kernel)
+        return F.scaled_dot_product_attention(query, key, value, is_causal=True, scale=scaling,
+                                              enable_gqa=True).transpose(1, 2), None
     B, H, q, D = query.shape
     g = H // key.shape[1]
     mask = attention_mask[:, :, None].expand(B, 1, g, q, attention_mask.shape[-1]).reshape(B, 1, g * q, -1)
@@ -250,31 +255,32 @@ def draw_fused(logits, temperature, seed):
 
 @torch.no_grad()
 def sample_fast(model, prompts, n=1, max_new_tokens=256, temperature=1.0, stop_ids=(), pad_id=0, generator=None,
-                min_new_tokens=0, cuda_graph=None, check_every=32, bucket=128, prefill_bytes=2**32):
+                min_new_tokens=0, cuda_graph=None, check_every=32, bucket=128, prefill_tokens=2**17):
     """`sample` for the GPU (same arguments and result, no top-k / top-p). cuda_graph defaults to
     True on CUDA; False runs the same code eagerly (how the CPU tests check it). Every
     `check_every` tokens the host looks once at how many rows are done: it stops when all are, and
     compacts the batch (a new graph for the smaller batch) when at most half are still running.
     Attention reads the cache up to the next multiple of `bucket` slots (a new graph per bucket).
-    The prefill runs in row chunks so that an explicit-mask attention's (rows, heads, Lp, Lp)
-    scores stay under `prefill_bytes` (long Eval-Opt histories would otherwise not fit)."""
+    The prefill runs right-padded with no mask, in row chunks of at most `prefill_tokens` padded tokens."""
     device = next(model.parameters()).device
     cuda_graph = device.type == "cuda" if cuda_graph is None else cuda_graph
     if not (rows := [p for p in prompts for _ in range(n)]):
         return []
-    ids, pmask, positions = left_pad(rows, pad_id, device)  # raises on an empty prompt
-    B, Lp = ids.shape
+    if not all(rows):
+        raise ValueError("empty prompt: every prompt needs at least one token")
+    # right-padded: under plain causal attention a row's tokens never see the pads after them, so the prefill
+    # needs no mask (SDPA's flash kernel); the pads' cache slots are masked out while decoding
+    B, Lp = len(rows), max(map(len, rows))
+    ids = torch.tensor([p + [pad_id] * (Lp - len(p)) for p in rows], device=device)
+    last = torch.tensor([len(p) - 1 for p in rows], device=device)  # each row's last prompt token
     L = Lp + max_new_tokens
     stops = torch.tensor(sorted(set(stop_ids) | {pad_id}), device=device)
     cache = StaticKV(model.config, B, L, device, model.get_input_embeddings().weight.dtype)
-    # prefill mask (B, 1, Lp, L): causal, no padding keys; a padding query sees itself (finite rows)
-    real = pmask.bool()[:, None, None, :]
-    causal = torch.ones(Lp, Lp, dtype=torch.bool, device=device).tril()
-    prefill = (causal & real) | torch.eye(Lp, dtype=torch.bool, device=device)
-    mask = F.pad(real, (0, L - Lp))  # decode mask (B, 1, 1, L), grows by one slot per token
+    mask = F.pad((torch.arange(Lp, device=device) <= last[:, None])[:, None, None, :], (0, L - Lp))  # (B, 1, 1, L)
     cache.length = Lp
+    decoder, head = model.get_decoder(), output_head(model)
     kw = {cache_kw(model): cache, "use_cache": True}
-    chunk = max(1, prefill_bytes // (4 * model.config.get_text_config().num_attention_heads * Lp * Lp))
+    chunk = max(1, prefill_tokens // Lp)  # rows per prefill forward
     patches = contextlib.ExitStack()  # what the call changes, undone when it ends (also on an error)
     patches.callback(setattr, model.config, "_attn_implementation", model.config._attn_implementation)
     model.config._attn_implementation = "gqa_static"
@@ -285,11 +291,11 @@ def sample_fast(model, prompts, n=1, max_new_tokens=256, temperature=1.0, stop_i
         logits = []
         for a in range(0, B, chunk):
             cache.first, cache.rows = a, min(chunk, B - a)
-            logits.append(model(input_ids=ids[a:a + chunk], attention_mask={"full_attention": prefill[a:a + chunk]},
-                                position_ids=positions[a:a + chunk], logits_to_keep=1, **kw).logits[:, -1])
+            hidden = decoder(input_ids=ids[a:a + chunk], attention_mask={"full_attention": None}, **kw).last_hidden_state
+            logits.append(head(hidden[torch.arange(len(hidden), device=device), last[a:a + chunk]]))
         logits = torch.cat(logits)
         cache.first, cache.rows = 0, B
-        tok_in, pos_in = torch.zeros(B, 1, dtype=torch.long, device=device), positions[:, -1:].clone()
+        tok_in, pos_in = torch.zeros(B, 1, dtype=torch.long, device=device), last[:, None].clone()
         # each row's draws (int64, filled with pad ids) and log-probs (float32)
         out_tok, out_lp = (torch.full((B, max_new_tokens), v, device=device) for v in (pad_id, 0.0))
         done = torch.zeros(B, dtype=torch.bool, device=device)

@@ -161,7 +161,7 @@ def test_fast_path_matches_simple_path_greedy_with_compaction(tiny, fused):
     with fused_layers(model) if fused else contextlib.nullcontext():
         fast = sample_fast(model, prompts(tok), n=2, max_new_tokens=30, temperature=0, stop_ids=eos,
                            pad_id=tok.pad_token_id, cuda_graph=False, check_every=4, bucket=8,
-                           prefill_bytes=4 * 4 * 40 * 40)  # prefill in chunks of ~4 rows
+                           prefill_tokens=4 * 40)  # prefill in chunks of ~4 rows
     assert [c.tokens for c in fast] == [c.tokens for c in ref]
     assert [c.finish for c in fast] == [c.finish for c in ref]
     for a, b in zip(fast, ref):
