@@ -5,10 +5,17 @@ evaluate every checkpoint, append one JSON record per finished run to docs/resul
     python bench/campaign.py voting-ip-merged-s0 --gpus 0,1 --runs /root/runs --logs /root/logs
     python bench/campaign.py voting-ip-s0 --runs /root/runs --until 40     # to step 40 only, no record yet
     python bench/campaign.py voting-ip-s0 --runs /root/runs                # later: resumes it to 100, records
+    python bench/campaign.py single-s0 --task code --runs /root/runs           # MBPP -> HumanEval
+    python bench/campaign.py single-s0 --model /root/mdl15/hf --model-name Qwen2.5-Coder-1.5B-Instruct
     python bench/campaign.py --plot                                        # one PNG per claim from the file
     python bench/campaign.py --list                                        # the configurations and the grid
 
-A run name is CONFIG-sSEED (CONFIG from CONFIGS below). Every run gets the GRID flags (the fixed settings
+A run name is CONFIG-sSEED (CONFIG from CONFIGS below). `--task code` (issue 17) adds `--task code
+--max-new-tokens 512` to the grid's flags and by default trains on MBPP without its test split (task ids 11-510;
+the rest is written to RUNS/mbpp/train-outside-11-510.jsonl) and evaluates on all 164 HumanEval problems
+(--eval-problems is capped at the file's size). A record is keyed by (config, seed, model, task), and a run's
+folder, log and lock are NAME for the 0.5B math grid, else NAME-TASK and/or NAME-MODEL (--model-name), so
+cells of another task or model never resume, skip or overwrite these. Every run gets the GRID flags (the fixed settings
 of the 0.5B grid), then its config's own flags, then --extra (e.g. a tiny smoke test: --model tiny
 --extra "--steps 4 --problems 2 --group 4 --max-new-tokens 24"). Each run is its own process:
 `train.py ... --save-every EVAL_EVERY` (or `train.py --out DIR --resume --steps STEPS` when its folder holds a
@@ -57,6 +64,12 @@ RESULTS = os.path.join(ROOT, "docs", "results", "campaign.jsonl")
 # warm-up: a cosine decay over ~100 steps would shrink the late updates and hide post-peak declines.
 GRID = ["--task", "math", "--problems", "16", "--group", "8", "--max-new-tokens", "384", "--lr", "1e-4",
         "--warmup", "5", "--no-cosine", "--steps", "100", "--eval-every", "0"]
+# --task code (issue 17): MBPP outside its test split (task ids 11-510) -> HumanEval (all 164 problems); 512 new
+# tokens per call, as the code base diagnostics (docs/results.md), since solutions run longer than GSM8K's answers
+TASKS = {"math": ([], "gsm8k/train.jsonl", "gsm8k/test.jsonl"),
+         "code": (["--task", "code", "--max-new-tokens", "512"], "mbpp/mbpp.jsonl", "humaneval/HumanEval.jsonl")}
+MBPP_TEST = range(11, 511)
+DEFAULT_MODEL = "Qwen2.5-Coder-0.5B-Instruct"
 CONFIGS = {  # name -> train.py flags on top of GRID
     "single": ["--workflow", "single", "--policy", "ip"],
     "evalopt-ip": ["--workflow", "evalopt", "--policy", "ip"],
@@ -289,7 +302,7 @@ def run_job(job, gpu, args, lock):
     """Hold LOGS/NAME.lock (flock, exclusive, not waiting) while the job lives: a second campaign on the same
     run folder (or the same name twice) fails at once instead of training it too; bench/carry.sh pack and
     unpack test the same lock. --force's removal of the folder happens under it."""
-    path = os.path.join(args.logs, job["name"] + ".lock")
+    path = os.path.join(args.logs, job["run"] + ".lock")
     with open(path, "a") as held:
         try:
             fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -312,7 +325,7 @@ def locked_job(job, gpu, args, lock):
         env["CUDA_VISIBLE_DEVICES"] = gpu
     d, py, target = job["dir"], sys.executable, args.until or job["steps"]
     fresh = [py, "train.py", "--model", args.model, *(["--data", args.train_data] if args.train_data else []),
-             *GRID, *CONFIGS[job["config"]], "--seed", str(job["seed"]), "--save-every", str(args.eval_every),
+             *GRID, *TASKS[args.task][0], *CONFIGS[job["config"]], "--seed", str(job["seed"]), "--save-every", str(args.eval_every),
              *args.extra_flags, "--out", d]
     if checkpoint_steps(d) and os.path.exists(os.path.join(d, "config.json")):
         train = [py, "train.py", "--out", d, "--resume", "--steps", str(target)]  # an earlier call's: continue it
@@ -324,7 +337,7 @@ def locked_job(job, gpu, args, lock):
     evaluate = [py, "eval.py", "--run", d, *flags]
     base_eval = [py, "-c", BASE_EVAL, d, *flags]
     t0 = time.time()
-    with open(os.path.join(args.logs, job["name"] + ".log"), "a") as log:
+    with open(os.path.join(args.logs, job["run"] + ".log"), "a") as log:
         job["phase"] = "train"
         if train_watching(job, train, evaluate, base_eval, env, log, args):
             job["phase"] = f"FAILED in train (see {log.name})"
@@ -343,29 +356,64 @@ def locked_job(job, gpu, args, lock):
                           {"gpu": gpu_name(gpu), "runs_per_gpu": args.per_gpu, "train_wall_s": job["train_wall_s"],
                            "eval_wall_s": job["eval_wall_s"], "eval_while_training": args.eval_while_training,
                            "command": " ".join(fresh[1:]), "eval_command": " ".join(evaluate[1:])})
-    with lock:  # replace an older record of the same run (--force), keep the rest
-        keep = [r for r in read_jsonl(args.results) if key(r) != key(record)]
-        os.makedirs(os.path.dirname(args.results) or ".", exist_ok=True)
-        with open(args.results, "w") as f:
-            f.writelines(json.dumps(r) + "\n" for r in keep + [record])
+    with lock:
+        save_record(args.results, record)
     job["phase"] = (f"done: base {record['base']['pass@1']:.3f}, peak {record['peak']['pass@1']:.3f} (step "
                     f"{record['peak']['step']}), final {record['final']['pass@1']:.3f} ± {record['final']['se']:.3f}")
 
 
 def key(r):
-    return r["config"], r["seed"], r["model"]
+    return r["config"], r["seed"], r["model"], r.get("task", "math")
+
+
+def run_name(name, task, model_name):
+    """The run folder's (and its log's and lock's) name: NAME for the 0.5B math grid, else NAME-TASK and/or
+    NAME-MODEL, so the cells of another task or model never resume or overwrite these."""
+    return name + ("" if task == "math" else f"-{task}") + ("" if model_name == DEFAULT_MODEL else f"-{model_name}")
+
+
+def mbpp_train(src, runs):
+    """MBPP without its test split (task ids 11-510): written once to RUNS/mbpp/train-outside-11-510.jsonl
+    (data_name: mbpp/train-outside-11-510.jsonl) -> that path."""
+    dst = os.path.join(runs, "mbpp", "train-outside-11-510.jsonl")
+    rows = [line for line in open(src) if line.strip() and json.loads(line)["task_id"] not in MBPP_TEST]
+    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    with open(dst + ".tmp", "w") as f:
+        f.writelines(rows)
+    os.replace(dst + ".tmp", dst)
+    return dst
+
+
+def save_record(results, record):
+    """Add `record` to the results file, replacing an older record of the same run (--force), keeping the
+    rest. Under an flock on the file's folder (another campaign process on the same checkout waits: two
+    runs' records never overwrite each other), written to a temporary file and renamed, so a kill mid-write
+    leaves the old file whole."""
+    folder = os.path.dirname(os.path.abspath(results))
+    os.makedirs(folder, exist_ok=True)
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        keep = [r for r in read_jsonl(results) if key(r) != key(record)]
+        with open(results + ".tmp", "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in keep + [record])
+        os.replace(results + ".tmp", results)
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def plot(results, out_dir):
-    """One PNG per claim: held-out pass@1 vs step (± se band), one line per run; beside it each run's
-    per-role training entropy (running mean over 5 steps). Claims with no runs yet are skipped."""
+    """One PNG per claim and (model, task): held-out pass@1 vs step (± se band), one line per run; beside it each
+    run's per-role training entropy (running mean over 5 steps). claim-C1.png for the 0.5B math grid, else
+    claim-C1-MODEL-TASK.png. Claims with no runs yet are skipped."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
     records = read_jsonl(results)
-    for claim, configs in CLAIMS.items():
-        runs = [r for r in records if r["config"] in configs]
+    groups = sorted({(r["model"], r.get("task", "math")) for r in records})
+    for (model, task), claim in [(g, c) for g in groups for c in CLAIMS]:
+        runs = [r for r in records if r["config"] in CLAIMS[claim] and (r["model"], r.get("task", "math")) == (model, task)]
         if not runs:
             continue
         fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
@@ -386,7 +434,8 @@ def plot(results, out_dir):
         a.legend(fontsize=8)
         b.legend(fontsize=7)
         fig.tight_layout()
-        path = os.path.join(out_dir, f"claim-{claim}.png")
+        tag = "" if (model, task) == (DEFAULT_MODEL, "math") else f"-{model}-{task}"
+        path = os.path.join(out_dir, f"claim-{claim}{tag}.png")
         fig.savefig(path, dpi=110)
         plt.close(fig)
         print(f"{path}: {len(runs)} run(s)")
@@ -400,9 +449,13 @@ def main(argv=None):
     p.add_argument("--model", default="/root/mdl/hf", help="train.py --model (default: bench/h200_setup.sh's folder)")
     p.add_argument("--model-name", default=None, help="the model's name in records (default: Qwen2.5-Coder-0.5B-"
                    "Instruct for the default --model, else the folder's name)")
-    p.add_argument("--train-data", default="gsm8k/train.jsonl", help="'' = built-in problems")
-    p.add_argument("--eval-data", default="gsm8k/test.jsonl", help="'' = the built-in test split")
-    p.add_argument("--eval-problems", type=int, default=500)
+    p.add_argument("--task", choices=list(TASKS), default="math", help="math: the grid as above; code: --task "
+                   "code --max-new-tokens 512 on top, MBPP outside task ids 11-510 -> HumanEval (issue 17)")
+    p.add_argument("--train-data", default=None, help="'' = built-in problems (default: gsm8k/train.jsonl; "
+                   "code: mbpp/mbpp.jsonl, whose test split is left out)")
+    p.add_argument("--eval-data", default=None, help="'' = the built-in test split (default: gsm8k/test.jsonl; "
+                   "code: humaneval/HumanEval.jsonl)")
+    p.add_argument("--eval-problems", type=int, default=500, help="at most this many (the file's first)")
     p.add_argument("--eval-n", type=int, default=2)
     p.add_argument("--eval-every", type=int, default=20, help="checkpoint (= evaluation) cadence in steps")
     p.add_argument("--extra", default="", help="more train.py flags, after the grid's (they win)")
@@ -425,20 +478,23 @@ def main(argv=None):
         return
     if args.plot:
         return plot(args.results, os.path.dirname(os.path.abspath(args.results)))
-    args.model_name = args.model_name or ("Qwen2.5-Coder-0.5B-Instruct" if args.model == "/root/mdl/hf"
+    args.model_name = args.model_name or (DEFAULT_MODEL if args.model == "/root/mdl/hf"
                                           else os.path.basename(os.path.normpath(args.model)))
     args.extra_flags = extra_flags(args.extra)
     args.logs = args.logs or os.path.join(args.runs, "logs")
     os.makedirs(args.logs, exist_ok=True)
+    task_flags, train_default, eval_default = TASKS[args.task]
+    args.train_data = train_default if args.train_data is None else args.train_data
+    args.eval_data = eval_default if args.eval_data is None else args.eval_data
     done = {key(r) for r in read_jsonl(args.results)}
     jobs = []
     for name in args.runs_to_do:
         config, seed = parse_name(name)
-        if (config, seed, args.model_name) in done and not args.force:
-            print(f"{name}: already in {args.results}, skipped (--force reruns it)")
+        if (config, seed, args.model_name, args.task) in done and not args.force:
+            print(f"{name}: already in {args.results} ({args.model_name}, {args.task}), skipped (--force reruns it)")
             continue
-        d = os.path.join(args.runs, name)
-        flags = GRID + CONFIGS[config] + args.extra_flags
+        d = os.path.join(args.runs, run_name(name, args.task, args.model_name))
+        flags = GRID + task_flags + CONFIGS[config] + args.extra_flags
         steps, warmup = (int(flags[len(flags) - flags[::-1].index(f)]) for f in ("--steps", "--warmup"))  # the last wins
         if args.until is not None and (args.until < 1 or args.until % args.eval_every or args.until >= steps):
             print(f"error: --until {args.until} must be a multiple of --eval-every {args.eval_every} below the "
@@ -447,8 +503,16 @@ def main(argv=None):
         if args.until and min(warmup, args.until // 4) != min(warmup, steps // 4):  # train.py's lr_factor
             print(f"note: --until {args.until}: the warm-up is capped at {args.until // 4} steps instead of "
                   f"{min(warmup, steps // 4)}: the resumed run will differ from one trained straight to {steps}")
-        jobs.append({"name": name, "config": config, "seed": seed, "dir": d, "phase": "queued", "steps": steps,
+        jobs.append({"name": name, "run": os.path.basename(d), "config": config, "seed": seed, "dir": d, "phase": "queued", "steps": steps,
                      "target": args.until or steps})
+    for path in filter(None, (args.train_data, args.eval_data) if jobs else ()):
+        if not os.path.isfile(os.path.join(ROOT, path)):
+            sys.exit(f"error: no such data file: {path} (relative paths are read from {ROOT})")
+    if jobs and args.task == "code" and os.path.basename(args.train_data) == "mbpp.jsonl":
+        args.train_data = mbpp_train(os.path.join(ROOT, args.train_data), args.runs)
+    if jobs and args.eval_data:  # a file with fewer problems: all of them (eval.py records how many it took)
+        args.eval_problems = min(args.eval_problems, sum(1 for line in open(os.path.join(ROOT, args.eval_data))
+                                                         if line.strip()))
     todo, lock = queue.Queue(), threading.Lock()
     list(map(todo.put, jobs))
 
@@ -474,9 +538,9 @@ def main(argv=None):
         stamp = time.strftime("%H:%M:%S")
         for job in jobs:
             if job["phase"] != "queued":
-                print(f"[{stamp}] {job['name']:<24} gpu {job.get('gpu', '-')}: {status(job)}", flush=True)
-    failed = [job["name"] for job in jobs if job["phase"].startswith("FAILED")]
-    stopped = [job["name"] for job in jobs if job["phase"].startswith("stopped")]
+                print(f"[{stamp}] {job['run']:<24} gpu {job.get('gpu', '-')}: {status(job)}", flush=True)
+    failed = [job["run"] for job in jobs if job["phase"].startswith("FAILED")]
+    stopped = [job["run"] for job in jobs if job["phase"].startswith("stopped")]
     for job in jobs:  # a quick one may have ended before its first status line
         if job["phase"].startswith(("stopped", "FAILED")):
             print(f"{job['name']}: {job['phase']}")

@@ -158,7 +158,9 @@ cmd_pack() {
     done
     for d in "$run"/step_*; do  # the checkpoints that stay behind: evaluated (with any settings)?
         [[ -d $d && ${d##*/} =~ ^step_[0-9]+$ && ${d##*/} != "$last" ]] || continue
-        grep -Eq "\"step\": $((10#${d##*/step_}))[,}]" "$run/eval.jsonl" 2> /dev/null || unevaluated+=("${d##*/}")
+        # complete lines only (head -n: as many lines as newlines): a line cut off by a kill is no evaluation
+        head -n "$(wc -l 2> /dev/null < "$run/eval.jsonl" || echo 0)" "$run/eval.jsonl" 2> /dev/null \
+            | grep -Eq "\"step\": $((10#${d##*/step_}))[,}]" || unevaluated+=("${d##*/}")
     done
     [ ${#unevaluated[@]} -eq 0 ] || warn "$run/eval.jsonl has no line for ${unevaluated[*]}, which will not travel (only $last does): their points are lost from the run's curve"
     for f in config.json metrics.jsonl samples.txt eval.jsonl; do

@@ -87,12 +87,14 @@ def test_names_and_skipping(tmp_path, capsys):
 
 def test_plots(run_dir, tmp_path):
     pytest.importorskip("matplotlib")
-    r = campaign.build_record(run_dir, "single-s1", "m", "gsm8k/test.jsonl", 500, 2)
+    r = campaign.build_record(run_dir, "single-s1", campaign.DEFAULT_MODEL, "gsm8k/test.jsonl", 500, 2)
     out = tmp_path / "results"
     out.mkdir()
-    write_jsonl(out / "c.jsonl", [r, {**r, "name": "evalopt-ip-s0", "config": "evalopt-ip"}])
+    write_jsonl(out / "c.jsonl", [r, {**r, "name": "evalopt-ip-s0", "config": "evalopt-ip"},
+                                  {**r, "model": "M15", "task": "code"}])  # another model and task: its own figures
     campaign.plot(str(out / "c.jsonl"), str(out))  # C5 has no run yet: no figure
-    assert sorted(os.listdir(out)) == ["c.jsonl", "claim-C1.png", "claim-C2.png", "claim-C3.png", "claim-C4.png"]
+    assert sorted(os.listdir(out)) == ["c.jsonl", "claim-C1-M15-code.png", "claim-C1.png", "claim-C2-M15-code.png",
+                                       "claim-C2.png", "claim-C3.png", "claim-C4.png"]
 
 
 def test_step_breakdown_of_a_tiny_run(tmp_path):
@@ -159,7 +161,8 @@ class FakeProcesses:
             if self.polls == 1:
                 os.makedirs(self.out, exist_ok=True)
                 (pathlib.Path(self.out) / "config.json").write_text(json.dumps(
-                    {"workflow": "single", "policy": "ip", "task": "math", "seed": 0, "data": None,
+                    {"workflow": "single", "policy": "ip", "seed": 0, "data": None,
+                     "task": self.cmd[len(self.cmd) - self.cmd[::-1].index("--task")] if "--task" in self.cmd else "math",
                      "steps": self.target, "save_every": self.every, "model_used": "tiny"}))
             elif self.tmp:
                 if self.w.evals == 0:
@@ -226,7 +229,8 @@ def fake(monkeypatch):
 def campaign_main(tmp_path, *flags, steps=6):
     """bench/campaign.py single-s0 on the tiny settings -> its exit status."""
     with pytest.raises(SystemExit) as e:
-        campaign.main(["single-s0", "--gpus", "cpu", "--model", "tiny", "--train-data", "", "--eval-data", "",
+        campaign.main(["single-s0", "--gpus", "cpu", "--model", "tiny", "--model-name", campaign.DEFAULT_MODEL,
+                       "--train-data", "", "--eval-data", "",
                        "--eval-problems", "4", "--eval-n", "1", "--eval-every", "2", "--status-every", "0.05",
                        "--extra", f"--steps {steps} --problems 2", "--runs", str(tmp_path / "runs"),
                        "--results", str(tmp_path / "c.jsonl"), *flags])
@@ -537,7 +541,8 @@ def test_a_cut_off_last_line_is_skipped(tmp_path, capsys):
 def test_extra_with_equals(tmp_path, fake, capsys):
     world = fake()
     with pytest.raises(SystemExit) as e:
-        campaign.main(["single-s0", "--gpus", "cpu", "--model", "tiny", "--train-data", "", "--eval-data", "",
+        campaign.main(["single-s0", "--gpus", "cpu", "--model", "tiny", "--model-name", campaign.DEFAULT_MODEL,
+                       "--train-data", "", "--eval-data", "",
                        "--eval-problems", "4", "--eval-n", "1", "--eval-every", "2", "--status-every", "0.05",
                        "--extra=--steps=4 --problems 2 --warmup=1", "--runs", str(tmp_path / "runs"),
                        "--results", str(tmp_path / "c.jsonl")])
@@ -576,6 +581,11 @@ def test_carry_pack_refuses_a_running_run_and_warns_of_lost_points(tmp_path):
     assert p.returncode == 0 and p.stdout.startswith("voting-ip-s0: ")
     assert p.stderr == (f"carry.sh: warning: {run}/eval.jsonl has no line for step_000020, which will not travel "
                         "(only step_000040 does): their points are lost from the run's curve\n")
+    with open(run / "eval.jsonl", "a") as f:  # step 20's line cut off by a kill (no newline): still no evaluation
+        f.write('{"step": 20, "checkpoint": "step_000020", "pass@1": 0.3')
+    p2 = subprocess.run(["bash", os.path.join(ROOT, "bench", "carry.sh"), "pack", run, tmp_path / "c9"],
+                        env={**os.environ, **env}, capture_output=True, text=True)
+    assert p2.returncode == 0 and p2.stderr == p.stderr
     # unpack (the parts as `in` leaves them) under a held lock is refused too, and unpacks nothing
     shutil.copytree(tmp_path / "c", tmp_path / "c2" / "voting-ip-s0")
     with open(tmp_path / "logs" / "voting-ip-s0.lock", "a") as held:
@@ -616,3 +626,84 @@ def test_carry_plan_warns_when_a_call_would_not_fit(tmp_path, carried):
     assert re.fullmatch(r"carry\.sh: warning: the checkout \(4012 bytes: tracked files and untracked ones git does not "
                         rf"ignore, in {re.escape(str(checkout))}\) and a call's 30\d\d bytes of parts exceed a call's "
                         r"6000: .*\n", p.stderr), p.stderr
+
+
+def _save_many(results, worker, count):
+    for i in range(count):
+        campaign.save_record(results, {"config": f"w{worker}", "seed": i, "model": "m", "pass": i})
+
+
+def test_save_record_two_processes_and_a_kill(tmp_path, monkeypatch):
+    """Two processes saving records into one file at once keep all of them (each save reads, filters and
+    rewrites the file: without the lock one overwrites the other's); a save killed mid-write leaves the
+    old file whole; a record of the same run replaces the older one."""
+    import multiprocessing
+    results = str(tmp_path / "results" / "campaign.jsonl")
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_save_many, args=(results, w, 25)) for w in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert [p.exitcode for p in procs] == [0, 0]
+    rows = campaign.read_jsonl(results)
+    assert sorted((r["config"], r["seed"]) for r in rows) == [(f"w{w}", i) for w in range(2) for i in range(25)]
+    campaign.save_record(results, {"config": "w0", "seed": 3, "model": "m", "pass": "new"})  # --force: replaced
+    rows = campaign.read_jsonl(results)
+    assert len(rows) == 50 and [r["pass"] for r in rows if r["config"] == "w0" and r["seed"] == 3] == ["new"]
+    before = pathlib.Path(results).read_text()
+    calls = iter(range(10**6))
+    real_dumps = json.dumps
+
+    def dies_midway(obj, *a, **k):  # the 10th record written: the process "dies"
+        if next(calls) == 10:
+            raise KeyboardInterrupt
+        return real_dumps(obj, *a, **k)
+    monkeypatch.setattr(campaign.json, "dumps", dies_midway)
+    with pytest.raises(KeyboardInterrupt):
+        campaign.save_record(results, {"config": "w9", "seed": 0, "model": "m"})
+    assert pathlib.Path(results).read_text() == before
+
+
+def test_code_cells_and_another_model(tmp_path, fake):
+    """--task code: the grid's flags plus --task code --max-new-tokens 512, trained on MBPP without its test
+    split (task ids 11-510), evaluated on every problem of a file shorter than --eval-problems; its run folder,
+    log and record are its own, so a math record of the same cell does not skip it; another model's cell too."""
+    mbpp, he = tmp_path / "mbpp" / "mbpp.jsonl", tmp_path / "he.jsonl"
+    mbpp.parent.mkdir()
+    write_jsonl(mbpp, [{"task_id": i, "text": "t", "code": "c", "test_list": []} for i in [*range(1, 13), *range(509, 513)]])
+    write_jsonl(he, [{"task_id": f"HumanEval/{i}"} for i in range(3)])
+    results = tmp_path / "c.jsonl"
+    write_jsonl(results, [{"config": "single", "seed": 0, "model": campaign.DEFAULT_MODEL, "task": "math"}])
+
+    def cell(*flags):
+        with pytest.raises(SystemExit) as e:
+            campaign.main(["single-s0", "--gpus", "cpu", "--model", "tiny", "--eval-n", "1", "--eval-every", "2",
+                           "--status-every", "0.05", "--extra", "--steps 4 --problems 2", "--runs",
+                           str(tmp_path / "runs"), "--results", str(results), *flags])
+        return e.value.code
+    world = fake(problems=3)
+    world.settings["data"] = str(he)
+    assert cell("--task", "code", "--model-name", campaign.DEFAULT_MODEL, "--train-data", str(mbpp),
+                "--eval-data", str(he)) == 0
+    train = world.cmds[0]
+    d = str(tmp_path / "runs" / "single-s0-code")
+    assert train[-2:] == ["--out", d] and train[train.index("--task", train.index("--task") + 1) + 1] == "code"
+    assert train[train.index("--max-new-tokens", train.index("--max-new-tokens") + 1) + 1] == "512"
+    data = train[train.index("--data") + 1]
+    assert data == str(tmp_path / "runs" / "mbpp" / "train-outside-11-510.jsonl")
+    assert [r["task_id"] for r in campaign.read_jsonl(data)] == [*range(1, 11), 511, 512]
+    assert world.cmds[-1][world.cmds[-1].index("--problems") + 1] == "3"  # all 3, not 500
+    assert os.path.exists(tmp_path / "runs" / "logs" / "single-s0-code.log")
+    rows = campaign.read_jsonl(results)
+    assert [(r["config"], r.get("task")) for r in rows] == [("single", "math"), ("single", "code")]
+    assert rows[1]["name"] == "single-s0" and rows[1]["eval_problems"] == 3
+    world = fake(problems=3)  # recorded now: skipped
+    assert cell("--task", "code", "--model-name", campaign.DEFAULT_MODEL, "--train-data", str(mbpp),
+                "--eval-data", str(he)) == 0 and not world.cmds
+    world = fake(problems=3)  # the same cell of another model: a folder of its own
+    world.settings["data"] = str(he)
+    assert cell("--task", "code", "--train-data", str(mbpp), "--eval-data", str(he)) == 0
+    assert world.cmds[0][-1] == str(tmp_path / "runs" / "single-s0-code-tiny")
+    assert cell("--task", "code", "--train-data", str(tmp_path / "nope.jsonl"), "--eval-data", str(he),
+                "--force").startswith("error: no such data file")

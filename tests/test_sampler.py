@@ -264,3 +264,53 @@ def test_fast_path_on_gpu_samples_from_the_same_distribution():
     finally:
         sampler.draw_fused = real
     assert len(seeds) == 20 and len(set(seeds)) == 20
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs CUDA"))])
+def test_breakdown_parts_add_up_and_counts_fit_the_loop(tiny, device):
+    """bench/breakdown.py (issue 15) on the tiny model: in every instrumented call each part is >= 0 and setup +
+    parts + bookkeeping + tail is the call's total; the counts fit sample_fast's loop (a prefill forward first;
+    every draw but the last is followed by one decode forward: eager on CPU, else a warm-up + capture or a
+    replay; long-stop's rows all stop at their first token, so the loop ends at the first host check); an
+    instrumented call returns what a plain call of the same prompts does; no wrapper is left behind."""
+    import sampler
+    from bench import breakdown
+    from models import load_model
+    model, tok = tiny if device == "cpu" else load_model("tiny", device="cuda")
+    originals = (sampler.draw_fused, sampler.pick, sampler.StaticKV.keep, torch.cuda.graph, torch.cuda.CUDAGraph.replay)
+    args = breakdown.parse(["--model", "tiny", "--check-every", "8", "5", "--new-tokens", "12", "--long-rows", "3",
+                            "--long-len", "60", "90", "--prompts", "2", "--n", "2"])
+    results = breakdown.report(model, tok, args)
+    assert set(results) == set(breakdown.WORKLOADS)
+    for workload, records in results.items():
+        same_call = [records["warm-up"], records["8: plain, the warm-up's prompts"],
+                     records["8: instrumented, the warm-up's prompts"]]  # check_every 8 (the first value) in each
+        assert same_call[0]["completions"] == same_call[1]["completions"] == same_call[2]["completions"]
+        for key, r in records.items():
+            if "instrumented" not in key:
+                continue
+            parts, counts = r["parts"], r["counts"]
+            assert min(parts.values()) >= 0 and r["bookkeeping_before_first_draw"] >= 0
+            assert sum(parts.values()) == pytest.approx(r["total"], abs=1e-6)
+            assert counts["prefill"] >= 1 and counts["compaction"] >= 0
+            decode = (counts["eager decode"] if device == "cpu" else counts["warm-up"] + counts["replay"])
+            assert counts["draw"] == decode + 1 and counts["capture"] == counts["warm-up"]
+            if device == "cpu":
+                assert counts["warm-up"] == counts["replay"] == 0
+            else:
+                assert counts["eager decode"] == 0 and counts["capture"] >= 1
+            if workload == "long-stop":
+                assert r["max_len"] == 1 and counts["draw"] == int(key.split(":")[0])
+            if workload == "long-2":
+                assert counts["draw"] == r["max_len"] == 2
+    eos = sorted(set(stop_ids(model, tok)) | {125, tok.pad_token_id})  # greedy on CPU: 4 of 8 rows stop by token 22
+    kw = dict(n=2, max_new_tokens=30, stops=eos, pad_id=tok.pad_token_id, temperature=0, check_every=4)
+    plain, timed = (breakdown.one_call(model, prompts(tok), instrument=i, **kw) for i in (False, True))
+    assert timed["completions"] == plain["completions"]
+    if device == "cpu":  # the compaction is timed (bf16 on a GPU may stop other rows)
+        assert timed["counts"]["compaction"] == 1
+    assert sum(timed["parts"].values()) == pytest.approx(timed["total"], abs=1e-6)
+    assert "forward" not in vars(model) and "forward" not in vars(model.get_decoder())
+    assert originals == (sampler.draw_fused, sampler.pick, sampler.StaticKV.keep, torch.cuda.graph,
+                         torch.cuda.CUDAGraph.replay)
