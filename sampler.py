@@ -315,7 +315,9 @@ def sample_fast(model, prompts, n=1, max_new_tokens=256, temperature=1.0, stop_i
             done[active] |= torch.isin(tok, stops)
             if t == max_new_tokens - 1:
                 break
-            if (t + 1) % check_every == 0:  # the only host synchronisation in the loop
+            # the only host synchronisation in the loop: every check_every tokens, and after 1, 2, 4, 8, ... tokens
+            # ((t + 1) & t == 0: a power of two), so that a call whose rows all stop early ends early
+            if (t + 1) % check_every == 0 or (t + 1) & t == 0:
                 running = (~done[active]).nonzero()[:, 0]
                 if len(running) == 0:
                     break
@@ -331,19 +333,20 @@ def sample_fast(model, prompts, n=1, max_new_tokens=256, temperature=1.0, stop_i
             pos_in[:b] += 1
             cache.pos.fill_(Lp + t)
             if Lp + t + 1 > cache.length:  # the new token's slot is past the attended window
-                cache.length = min(L, (Lp + t + 1 + bucket - 1) // bucket * bucket)
+                cache.length = min(L, (Lp + t + check_every + bucket) // bucket * bucket)  # >= check_every slots ahead
                 graph = None
             if not cuda_graph:
                 logits = step_fn()
-            elif graph is None:  # warm up on a side stream (this is step t's real forward), then capture
+            elif graph is None:  # warm up on a side stream (this is step t's real forward), then capture there
                 side = torch.cuda.Stream()
                 side.wait_stream(torch.cuda.current_stream())
                 with torch.cuda.stream(side):
                     logits = step_fn()
-                torch.cuda.current_stream().wait_stream(side)
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph):
+                    graph = torch.cuda.CUDAGraph()
+                    graph.capture_begin()  # not torch.cuda.graph(): it syncs and empties the allocator's cache each time
                     graph_logits = step_fn()
+                    graph.capture_end()
+                torch.cuda.current_stream().wait_stream(side)
             else:
                 graph.replay()
                 logits = graph_logits

@@ -301,7 +301,7 @@ def test_breakdown_parts_add_up_and_counts_fit_the_loop(tiny, device):
             else:
                 assert counts["eager decode"] == 0 and counts["capture"] >= 1
             if workload == "long-stop":
-                assert r["max_len"] == 1 and counts["draw"] == int(key.split(":")[0])
+                assert r["max_len"] == 1 and counts["draw"] == 1  # the host also checks after 1, 2, 4, ... tokens
             if workload == "long-2":
                 assert counts["draw"] == r["max_len"] == 2
     eos = sorted(set(stop_ids(model, tok)) | {125, tok.pad_token_id})  # greedy on CPU: 4 of 8 rows stop by token 22
