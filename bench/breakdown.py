@@ -7,7 +7,8 @@ itself and recording host wall time:
   warm-up        a decode forward on a side stream: the eager step run right before each graph capture
                  (the first forward at a new batch size / attended length: it may build cuDNN plans)
   capture        torch.cuda.graph: its enter (device sync, empty_cache, capture_begin), the recorded
-                 forward, capture_end (instantiation); split in three below the table
+                 forward, capture_end (instantiation); split in three below the table. A capture made with
+                 CUDAGraph.capture_begin / capture_end directly is timed the same way (enter = capture_begin)
   replay         CUDAGraph.replay
   eager decode   a decode forward outside graphs (cuda_graph=False, the CPU path: no warm-ups, captures
                  or replays there)
@@ -134,13 +135,39 @@ def instrumented(model, rec):
                 rec.capture_split["end"] += time.perf_counter() - t
                 self._bench_part.__exit__(None, None, None)
 
+    begin, end = torch.cuda.CUDAGraph.capture_begin, torch.cuda.CUDAGraph.capture_end
+
+    def capture_begin(g, *args, **kwargs):  # a capture started without torch.cuda.graph() (no wrapper part open)
+        if not rec.inside:
+            rec.open_capture = rec.part("capture")
+            rec.open_capture.__enter__()
+            t = time.perf_counter()
+            begin(g, *args, **kwargs)
+            rec.capture_t = time.perf_counter()
+            rec.capture_split["enter"] += rec.capture_t - t
+        else:
+            begin(g, *args, **kwargs)
+
+    def capture_end(g, *args, **kwargs):
+        if (opened := getattr(rec, "open_capture", None)) is None:
+            return end(g, *args, **kwargs)
+        t = time.perf_counter()
+        rec.capture_split["record"] += t - rec.capture_t
+        try:
+            return end(g, *args, **kwargs)
+        finally:
+            rec.capture_split["end"] += time.perf_counter() - t
+            rec.open_capture = None
+            opened.__exit__(None, None, None)
+
     patches = [(model, "forward", timed(model.forward)), (sampler, "draw_fused", timed(sampler.draw_fused, "draw")),
                (sampler, "pick", timed(sampler.pick, "draw")),
                (sampler.StaticKV, "keep", timed(sampler.StaticKV.keep, "compaction"))]
     if (decoder := model.get_decoder()) is not model:  # a prefill may call the decoder alone
         patches.append((decoder, "forward", timed(decoder.forward)))
     if rec.cuda:
-        patches += [(torch.cuda, "graph", graph),
+        patches += [(torch.cuda, "graph", graph), (torch.cuda.CUDAGraph, "capture_begin", capture_begin),
+                    (torch.cuda.CUDAGraph, "capture_end", capture_end),
                     (torch.cuda.CUDAGraph, "replay", timed(torch.cuda.CUDAGraph.replay, "replay"))]
     saved = [(obj, name, vars(obj).get(name, MISSING)) for obj, name, _ in patches]
     try:
