@@ -56,8 +56,6 @@ def left_pad(prompts, pad_id, device):
     L = max(len(p) for p in prompts)
     ids = torch.full((len(prompts), L), pad_id, dtype=torch.long)
     for i, p in enumerate(prompts):
-        if len(p) == 0:
-            raise ValueError("empty prompt: every prompt needs at least one token")
         ids[i, L - len(p):] = torch.tensor(p)
     mask = (torch.arange(L) >= L - torch.tensor([len(p) for p in prompts])[:, None]).long()
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
@@ -98,12 +96,14 @@ def sample(model, prompts, n=1, max_new_tokens=256, temperature=1.0, top_p=1.0, 
     if fast is None:  # the fast path builds full-attention masks only (no sliding-window layers)
         layer_types = getattr(model.config.get_text_config(), "layer_types", None) or ["full_attention"]
         fast = device.type == "cuda" and top_p >= 1.0 and not top_k and set(layer_types) == {"full_attention"}
+    if not all(prompts):  # for both paths
+        raise ValueError("empty prompt: every prompt needs at least one token")
     if fast:
         return sample_fast(model, prompts, n, max_new_tokens, temperature, stop_ids, pad_id, generator,
                            min_new_tokens)
     if not (rows := [p for p in prompts for _ in range(n)]):
         return []
-    ids, mask, positions = left_pad(rows, pad_id, device)  # raises on an empty prompt
+    ids, mask, positions = left_pad(rows, pad_id, device)
     stops = torch.tensor(sorted(set(stop_ids) | {pad_id}), device=device)
     cache = DynamicCache(config=model.config)
     kw = {cache_kw(model): cache, "use_cache": True}
@@ -187,9 +187,6 @@ def gqa_attention(module, query, key, value, attention_mask, scaling=None, dropo
     vLLM's engine had started: SDPA with enable_gqa and a mask took the math path, which copies the cache
     per query head and computes in fp32 (45 ms per decode step at 512 rows, 7.3 ms folded); HF's SDPA
     path copies per head too. Returns (B, q, H, D) as HF's attention functions do."""
-    if attention_mask is None:  # sample_fast's right-padded prefill: plain causal attention (a flash kernel)
-        return F.scaled_dot_product_attention(query, key, value, is_causal=True, scale=scaling,
-                                              enable_gqa=True).transpose(1, 2), None
     B, H, q, D = query.shape
     g = H // key.shape[1]
     mask = attention_mask[:, :, None].expand(B, 1, g, q, attention_mask.shape[-1]).reshape(B, 1, g * q, -1)
@@ -266,24 +263,22 @@ def sample_fast(model, prompts, n=1, max_new_tokens=256, temperature=1.0, stop_i
     cuda_graph = device.type == "cuda" if cuda_graph is None else cuda_graph
     if not (rows := [p for p in prompts for _ in range(n)]):
         return []
-    if not all(rows):
-        raise ValueError("empty prompt: every prompt needs at least one token")
     # right-padded: under plain causal attention a row's tokens never see the pads after them, so the prefill
-    # needs no mask (SDPA's flash kernel); the pads' cache slots are masked out while decoding
+    # needs no mask (HF's SDPA attention, which then runs SDPA causal); the pads' cache slots are masked out
+    # while decoding. `sample` has checked that no prompt is empty.
     B, Lp = len(rows), max(map(len, rows))
     ids = torch.tensor([p + [pad_id] * (Lp - len(p)) for p in rows], device=device)
     last = torch.tensor([len(p) - 1 for p in rows], device=device)  # each row's last prompt token
-    L = Lp + max_new_tokens
     stops = torch.tensor(sorted(set(stop_ids) | {pad_id}), device=device)
-    cache = StaticKV(model.config, B, L, device, model.get_input_embeddings().weight.dtype)
-    mask = F.pad((torch.arange(Lp, device=device) <= last[:, None])[:, None, None, :], (0, L - Lp))  # (B, 1, 1, L)
+    cache = StaticKV(model.config, B, Lp + max_new_tokens, device, model.get_input_embeddings().weight.dtype)
+    mask = F.pad((torch.arange(Lp, device=device) <= last[:, None])[:, None, None, :], (0, max_new_tokens))  # (B, 1, 1, L)
     cache.length = Lp
     decoder, head = model.get_decoder(), output_head(model)
     kw = {cache_kw(model): cache, "use_cache": True}
     chunk = max(1, prefill_tokens // Lp)  # rows per prefill forward
     patches = contextlib.ExitStack()  # what the call changes, undone when it ends (also on an error)
     patches.callback(setattr, model.config, "_attn_implementation", model.config._attn_implementation)
-    model.config._attn_implementation = "gqa_static"
+    model.config._attn_implementation = "sdpa"  # the prefill: no mask, so plain causal attention (flash on CUDA)
     if device.type == "cuda":  # graphs and Triton launch on the current device: make it the model's
         patches.callback(torch.cuda.set_device, torch.cuda.current_device())
         torch.cuda.set_device(device)
@@ -295,6 +290,7 @@ def sample_fast(model, prompts, n=1, max_new_tokens=256, temperature=1.0, stop_i
             logits.append(head(hidden[torch.arange(len(hidden), device=device), last[a:a + chunk]]))
         logits = torch.cat(logits)
         cache.first, cache.rows = 0, B
+        model.config._attn_implementation = "gqa_static"  # decoding: the masked attention of gqa_attention
         tok_in, pos_in = torch.zeros(B, 1, dtype=torch.long, device=device), last[:, None].clone()
         # each row's draws (int64, filled with pad ids) and log-probs (float32)
         out_tok, out_lp = (torch.full((B, max_new_tokens), v, device=device) for v in (pad_id, 0.0))
@@ -332,8 +328,9 @@ def sample_fast(model, prompts, n=1, max_new_tokens=256, temperature=1.0, stop_i
             mask[:b, 0, 0, Lp + t] = True
             pos_in[:b] += 1
             cache.pos.fill_(Lp + t)
-            if Lp + t + 1 > cache.length:  # the new token's slot is past the attended window
-                cache.length = min(L, (Lp + t + check_every + bucket) // bucket * bucket)  # >= check_every slots ahead
+            if Lp + t + 1 > cache.length:  # the new token's slot is past the attended window: grow it, with at
+                # least check_every slots ahead (else a second capture can follow the first at once), within the cache
+                cache.length = min(cache.k[0].shape[2], (Lp + t + check_every + bucket) // bucket * bucket)
                 graph = None
             if not cuda_graph:
                 logits = step_fn()
