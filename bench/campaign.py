@@ -58,7 +58,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-from data import read_jsonl  # noqa: E402  (the reader of eval.py; a cut-off last line skipped with a warning)
+from data import load_problems, read_jsonl  # noqa: E402  (eval.py's reader: a cut-off last line skipped, warned)
 RESULTS = os.path.join(ROOT, "docs", "results", "campaign.jsonl")
 # The grid's fixed settings (docs/results.md, "The 0.5B grid"): the same for every run. Constant lr after
 # warm-up: a cosine decay over ~100 steps would shrink the late updates and hide post-peak declines.
@@ -115,6 +115,8 @@ def extra_flags(extra):
         if flag in ("--steps", "--warmup") and eq:
             flags += [flag, value]
             continue
+        if flag.startswith("--tas"):  # a record's task and the key that skips it must agree: --task sets both
+            sys.exit(print("error: --extra: give the task as campaign.py's own --task, not in --extra", file=sys.stderr) or 2)
         if any(len(flag) >= 4 and full.startswith(flag) and flag != full for full in ("--steps", "--warmup")):
             sys.exit(print(f"error: --extra: write {flag} in full (--steps or --warmup): the run's steps are "
                            "read from --extra", file=sys.stderr) or 2)
@@ -173,6 +175,7 @@ def build_record(run_dir, name, model_name, eval_data, eval_problems, eval_n, ex
             **{k: v for k, v in config.items() if k not in SKIP},
             "train_data": data_name(config["data"]), "eval_data": data_name(eval_data),
             "eval_problems": eval_problems, "eval_n": eval_n, "eval_temperature": first["temperature"],
+            "eval_chunk": first.get("chunk"),
             "eval_seed": first["seed"], "curve": curve, "base": curve[0], "peak": peak, "final": curve[-1],
             "final_minus_base": curve[-1]["pass@1"] - curve[0]["pass@1"],
             "diagnostics": {k: evals[p["step"]]["diagnostics"] for k, p in
@@ -233,6 +236,7 @@ def evals_for(run_dir, eval_data, eval_problems, eval_n):
     """{step: eval.jsonl line} for these evaluation settings (a later line for a step wins)."""
     return {r["step"]: r for r in read_jsonl(os.path.join(run_dir, "eval.jsonl"))
             if r["settings"]["problems"] == eval_problems and r["settings"]["n"] == eval_n
+            and r["settings"].get("chunk", 32) == max(1, 256 // eval_n)  # eval.py's chunk (problems in lock-step)
             and data_name(r["settings"]["data"]) == data_name(eval_data)}
 
 
@@ -369,37 +373,41 @@ def key(r):
 def run_name(name, task, model_name):
     """The run folder's (and its log's and lock's) name: NAME for the 0.5B math grid, else NAME-TASK and/or
     NAME-MODEL, so the cells of another task or model never resume or overwrite these."""
-    return name + ("" if task == "math" else f"-{task}") + ("" if model_name == DEFAULT_MODEL else f"-{model_name}")
+    model = "" if model_name == DEFAULT_MODEL else "-" + model_name.replace("/", "_")  # one folder, not nested
+    return name + ("" if task == "math" else f"-{task}") + model
 
 
 def mbpp_train(src, runs):
-    """MBPP without its test split (task ids 11-510): written once to RUNS/mbpp/train-outside-11-510.jsonl
-    (data_name: mbpp/train-outside-11-510.jsonl) -> that path."""
+    """A code training file in MBPP's format (rows with task_id, text and test_list), whatever its name: its rows
+    outside MBPP's test split (task ids 11-510) written to RUNS/mbpp/train-outside-11-510.jsonl (data_name:
+    mbpp/train-outside-11-510.jsonl) -> that path; any other file -> src as it is."""
+    lines = [line for line in open(src) if line.strip()]
+    try:
+        rows = [json.loads(line) for line in lines]
+    except ValueError:  # not JSONL (a .json list, say): not MBPP's file
+        return src
+    if not all(isinstance(r, dict) and {"task_id", "text", "test_list"} <= set(r) for r in rows):
+        return src
     dst = os.path.join(runs, "mbpp", "train-outside-11-510.jsonl")
-    rows = [line for line in open(src) if line.strip() and json.loads(line)["task_id"] not in MBPP_TEST]
     os.makedirs(os.path.dirname(dst), exist_ok=True)
-    with open(dst + ".tmp", "w") as f:
-        f.writelines(rows)
-    os.replace(dst + ".tmp", dst)
+    with open(f"{dst}.{os.getpid()}.tmp", "w") as f:  # per process: campaigns starting at once each write their own
+        f.writelines(line for line, r in zip(lines, rows) if r["task_id"] not in MBPP_TEST)
+    os.replace(f"{dst}.{os.getpid()}.tmp", dst)
     return dst
 
 
 def save_record(results, record):
     """Add `record` to the results file, replacing an older record of the same run (--force), keeping the
-    rest. Under an flock on the file's folder (another campaign process on the same checkout waits: two
-    runs' records never overwrite each other), written to a temporary file and renamed, so a kill mid-write
-    leaves the old file whole."""
-    folder = os.path.dirname(os.path.abspath(results))
-    os.makedirs(folder, exist_ok=True)
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    rest. Under an flock on RESULTS.lock (another campaign process on the same checkout waits: two runs'
+    records never overwrite each other), written to a temporary file and renamed, so a kill mid-write leaves
+    the old file whole."""
+    os.makedirs(os.path.dirname(os.path.abspath(results)), exist_ok=True)
+    with open(results + ".lock", "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # released when the file closes
         keep = [r for r in read_jsonl(results) if key(r) != key(record)]
         with open(results + ".tmp", "w") as f:
             f.writelines(json.dumps(r) + "\n" for r in keep + [record])
         os.replace(results + ".tmp", results)
-    finally:
-        os.close(fd)  # releases the lock
 
 
 def plot(results, out_dir):
@@ -478,8 +486,9 @@ def main(argv=None):
         return
     if args.plot:
         return plot(args.results, os.path.dirname(os.path.abspath(args.results)))
-    args.model_name = args.model_name or (DEFAULT_MODEL if args.model == "/root/mdl/hf"
-                                          else os.path.basename(os.path.normpath(args.model)))
+    if not args.model_name and args.model not in ("/root/mdl/hf", "tiny"):  # records and folders name the model
+        sys.exit(f"error: --model {args.model}: give its name too, e.g. --model-name Qwen2.5-Coder-1.5B-Instruct")
+    args.model_name = args.model_name or (DEFAULT_MODEL if args.model == "/root/mdl/hf" else args.model)
     args.extra_flags = extra_flags(args.extra)
     args.logs = args.logs or os.path.join(args.runs, "logs")
     os.makedirs(args.logs, exist_ok=True)
@@ -508,11 +517,10 @@ def main(argv=None):
     for path in filter(None, (args.train_data, args.eval_data) if jobs else ()):
         if not os.path.isfile(os.path.join(ROOT, path)):
             sys.exit(f"error: no such data file: {path} (relative paths are read from {ROOT})")
-    if jobs and args.task == "code" and os.path.basename(args.train_data) == "mbpp.jsonl":
+    if jobs and args.task == "code" and args.train_data:
         args.train_data = mbpp_train(os.path.join(ROOT, args.train_data), args.runs)
     if jobs and args.eval_data:  # a file with fewer problems: all of them (eval.py records how many it took)
-        args.eval_problems = min(args.eval_problems, sum(1 for line in open(os.path.join(ROOT, args.eval_data))
-                                                         if line.strip()))
+        args.eval_problems = min(args.eval_problems, len(load_problems(os.path.join(ROOT, args.eval_data), args.task)))
     todo, lock = queue.Queue(), threading.Lock()
     list(map(todo.put, jobs))
 

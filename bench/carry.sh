@@ -67,6 +67,15 @@ ROOT=${CARRY_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
 PER_CALL=3  # parts carried per call back: 3 x 15.75 MiB + the checkout < 64 MiB
 
 die() { echo "carry.sh: error: $*" >&2; exit 1; }
+# the campaign cell of a run folder's NAME: CONFIG-sSEED, plus the flags a -TASK / -MODEL suffix stands for
+cell() {
+    [[ $1 =~ ^(.*-s[0-9]+)(-.+)?$ ]] || { echo "$1"; return; }
+    local c=${BASH_REMATCH[1]} rest=${BASH_REMATCH[2]#-}
+    [ -z "$rest" ] && { echo "$c"; return; }
+    [[ $rest == code || $rest == code-* ]] && { c+=" --task code"; rest=${rest#code}; rest=${rest#-}; }
+    [ -n "$rest" ] && c+=" --model MODEL --model-name $rest"
+    echo "$c"
+}
 warn() { echo "carry.sh: warning: $*" >&2; }
 
 # NAME PARENT: die while a campaign runs NAME: bench/campaign.py holds LOGS/NAME.lock (flock) while a run's job
@@ -159,8 +168,9 @@ cmd_pack() {
     for d in "$run"/step_*; do  # the checkpoints that stay behind: evaluated (with any settings)?
         [[ -d $d && ${d##*/} =~ ^step_[0-9]+$ && ${d##*/} != "$last" ]] || continue
         # complete lines only (head -n: as many lines as newlines): a line cut off by a kill is no evaluation
+        # (grep without -q reads to the end: with -q, head could die of SIGPIPE and pipefail fail the test)
         head -n "$(wc -l 2> /dev/null < "$run/eval.jsonl" || echo 0)" "$run/eval.jsonl" 2> /dev/null \
-            | grep -Eq "\"step\": $((10#${d##*/step_}))[,}]" || unevaluated+=("${d##*/}")
+            | grep -E "\"step\": $((10#${d##*/step_}))[,}]" > /dev/null || unevaluated+=("${d##*/}")
     done
     [ ${#unevaluated[@]} -eq 0 ] || warn "$run/eval.jsonl has no line for ${unevaluated[*]}, which will not travel (only $last does): their points are lost from the run's curve"
     for f in config.json metrics.jsonl samples.txt eval.jsonl; do
@@ -269,7 +279,7 @@ cmd_plan() {
         echo "call $((i + 1)) of $calls: bash bench/carry.sh in $name"
         echo "  carry: [${list%, }]"
     done
-    echo "then: bash bench/carry.sh unpack $name /root/runs, and start bench/campaign.py $name --runs /root/runs --logs /root/logs detached (the header of bench/carry.sh shows how)"
+    echo "then: bash bench/carry.sh unpack $name /root/runs, and start bench/campaign.py $(cell "$name") --runs /root/runs --logs /root/logs detached (the header of bench/carry.sh shows how)"
 }
 
 cmd_in() {
@@ -315,7 +325,7 @@ cmd_unpack() {  # into RUNS/.NAME.unpack.tmp, then renamed RUNS/NAME: a cut-off 
         replaced=" (replacing a folder without a checkpoint)"
     fi
     mv -T "$tmp" "$runs/$name"
-    echo "$name: restored $runs/$name at step $((10#${last#step_})) ($last)$replaced; bench/campaign.py $name --runs $runs resumes it"
+    echo "$name: restored $runs/$name at step $((10#${last#step_})) ($last)$replaced; bench/campaign.py $(cell "$name") --runs $runs resumes it"
 }
 
 case ${1:-} in

@@ -220,7 +220,7 @@ MUTANTS = [
     # data.py: appending after a line cut off by a kill merges it and the new record into one broken line
     ("jsonl-append-keeps-a-cut-off-line", "data.py", "append_jsonl", "f.truncate(len(text) - cut)", "pass", JSONL),
     # bench/campaign.py: two campaign processes saving records at once, or a kill mid-write, lose records
-    ("campaign-save-without-lock", "bench/campaign.py", "save_record", "fcntl.flock(fd, fcntl.LOCK_EX)", "pass",
+    ("campaign-save-without-lock", "bench/campaign.py", "save_record", "fcntl.flock(held, fcntl.LOCK_EX)", "pass",
      ids("test_campaign.py", "test_save_record_two_processes_and_a_kill")),
     ("campaign-save-in-place", "bench/campaign.py", "save_record", 'open(results + ".tmp", "w")', 'open(results, "w")',
      ids("test_campaign.py", "test_save_record_two_processes_and_a_kill")),

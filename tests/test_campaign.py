@@ -20,7 +20,7 @@ campaign = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(campaign)
 
 SETTINGS = {"model": "/root/mdl/hf", "workflow": "single", "data": "gsm8k/test.jsonl", "problems": 500, "n": 2,
-            "seed": 0, "temperature": 0.7}
+            "seed": 0, "temperature": 0.7, "chunk": 128}
 
 
 def write_jsonl(path, rows):
@@ -49,7 +49,8 @@ def run_dir(tmp_path):
                                       metric(3, 3.0, 0.1)])
     write_jsonl(d / "eval.jsonl", [eval_line(0, 0.2), eval_line(20, 0.31), eval_line(40, 0.29),
                                    eval_line(20, 0.9, problems=300),       # other settings: ignored
-                                   eval_line(40, 0.30, se=0.021)])         # a later line for step 40 wins
+                                   eval_line(40, 0.30, se=0.021),          # a later line for step 40 wins
+                                   eval_line(40, 0.77, chunk=32)])         # another chunk (before 12-01): ignored
     return str(d)
 
 
@@ -135,7 +136,7 @@ class FakeProcesses:
     def __init__(self, problems=4, n=1, eval_rc=(), train_rc=0, final_rc=0):
         self.cmds, self.evals, self.training, self.eval_rc, self.train_rc = [], 0, None, list(eval_rc), train_rc
         self.final_rc, self.history = final_rc, []  # (final: started after training, steps found, exit status)
-        self.settings, self.idle_with_tmp, self.started_while_training = {"problems": problems, "n": n,
+        self.settings, self.idle_with_tmp, self.started_while_training = {"problems": problems, "n": n, "chunk": 256 // n,
                                                                           "data": "builtin-test-seed0"}, 0, []
 
     def __call__(self, cmd, **kw):
@@ -671,8 +672,10 @@ def test_code_cells_and_another_model(tmp_path, fake):
     log and record are its own, so a math record of the same cell does not skip it; another model's cell too."""
     mbpp, he = tmp_path / "mbpp" / "mbpp.jsonl", tmp_path / "he.jsonl"
     mbpp.parent.mkdir()
-    write_jsonl(mbpp, [{"task_id": i, "text": "t", "code": "c", "test_list": []} for i in [*range(1, 13), *range(509, 513)]])
-    write_jsonl(he, [{"task_id": f"HumanEval/{i}"} for i in range(3)])
+    write_jsonl(mbpp, [{"task_id": i, "text": "t", "code": "c", "test_list": ["assert f() == 1"]}
+                       for i in [*range(1, 13), *range(509, 513)]])
+    write_jsonl(he, [{"task_id": f"HumanEval/{i}", "prompt": f"def f{i}():\n", "entry_point": f"f{i}",
+                      "test": f"def check(c):\n    assert c() == {i}\n"} for i in range(3)])
     results = tmp_path / "c.jsonl"
     write_jsonl(results, [{"config": "single", "seed": 0, "model": campaign.DEFAULT_MODEL, "task": "math"}])
 
@@ -707,3 +710,30 @@ def test_code_cells_and_another_model(tmp_path, fake):
     assert world.cmds[0][-1] == str(tmp_path / "runs" / "single-s0-code-tiny")
     assert cell("--task", "code", "--train-data", str(tmp_path / "nope.jsonl"), "--eval-data", str(he),
                 "--force").startswith("error: no such data file")
+    assert rows[1]["eval_chunk"] == 256
+    other = tmp_path / "mine.jsonl"  # MBPP's rows under another name: its test split is left out too
+    shutil.copy(mbpp, other)
+    assert campaign.mbpp_train(str(other), str(tmp_path / "r3")).endswith("train-outside-11-510.jsonl")
+    assert campaign.mbpp_train(str(he), str(tmp_path / "r3")) == str(he)  # not MBPP's format: as it is
+    with pytest.raises(SystemExit) as e:
+        campaign.main(["single-s1", "--model", "/root/mdl15/hf", "--runs", str(tmp_path / "r4")])
+    assert "give its name too" in str(e.value.code)
+    with pytest.raises(SystemExit) as e:
+        campaign.main(["single-s1", "--model", "tiny", "--extra", "--task code", "--runs", str(tmp_path / "r4")])
+    assert e.value.code == 2
+
+
+def test_carry_big_eval_log_and_the_cell_of_a_code_run(tmp_path):
+    """pack with an eval.jsonl past a pipe's 64 KiB, step 20 on its first line: evaluated, no warning (head died of
+    SIGPIPE under pipefail once grep -q had its match); unpack names the campaign cell of a code / 1.5B folder."""
+    run = fake_run(tmp_path / "runs" / "single-s0-code-Qwen2.5-Coder-1.5B-Instruct", evaluated=(20,))
+    with open(run / "eval.jsonl", "a") as f:
+        f.writelines(json.dumps({"step": 40, "pad": "y" * 1400}) + "\n" for _ in range(100))
+    assert os.path.getsize(run / "eval.jsonl") > 2**17
+    env = {"CARRY_PART_BYTES": "100000", "CARRY_ROOT": str(tmp_path / "co"), "CARRY_LOGS": str(tmp_path / "logs")}
+    carry("pack", run, tmp_path / "c", env=env)  # ok=True: nothing on stderr
+    name = run.name
+    shutil.copytree(tmp_path / "c", tmp_path / "c2" / name)
+    out = carry("unpack", name, tmp_path / "runs2", tmp_path / "c2", env=env)
+    assert ("bench/campaign.py single-s0 --task code --model MODEL --model-name Qwen2.5-Coder-1.5B-Instruct --runs"
+            in out), out
