@@ -56,6 +56,8 @@ def left_pad(prompts, pad_id, device):
     L = max(len(p) for p in prompts)
     ids = torch.full((len(prompts), L), pad_id, dtype=torch.long)
     for i, p in enumerate(prompts):
+        if len(p) == 0:
+            raise ValueError("empty prompt: every prompt needs at least one token")
         ids[i, L - len(p):] = torch.tensor(p)
     mask = (torch.arange(L) >= L - torch.tensor([len(p) for p in prompts])[:, None]).long()
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
@@ -96,14 +98,12 @@ def sample(model, prompts, n=1, max_new_tokens=256, temperature=1.0, top_p=1.0, 
     if fast is None:  # the fast path builds full-attention masks only (no sliding-window layers)
         layer_types = getattr(model.config.get_text_config(), "layer_types", None) or ["full_attention"]
         fast = device.type == "cuda" and top_p >= 1.0 and not top_k and set(layer_types) == {"full_attention"}
-    if not all(prompts):  # for both paths
-        raise ValueError("empty prompt: every prompt needs at least one token")
     if fast:
         return sample_fast(model, prompts, n, max_new_tokens, temperature, stop_ids, pad_id, generator,
                            min_new_tokens)
     if not (rows := [p for p in prompts for _ in range(n)]):
         return []
-    ids, mask, positions = left_pad(rows, pad_id, device)
+    ids, mask, positions = left_pad(rows, pad_id, device)  # raises on an empty prompt
     stops = torch.tensor(sorted(set(stop_ids) | {pad_id}), device=device)
     cache = DynamicCache(config=model.config)
     kw = {cache_kw(model): cache, "use_cache": True}
@@ -265,7 +265,9 @@ def sample_fast(model, prompts, n=1, max_new_tokens=256, temperature=1.0, stop_i
         return []
     # right-padded: under plain causal attention a row's tokens never see the pads after them, so the prefill
     # needs no mask (HF's SDPA attention, which then runs SDPA causal); the pads' cache slots are masked out
-    # while decoding. `sample` has checked that no prompt is empty.
+    # while decoding
+    if not all(rows):
+        raise ValueError("empty prompt: every prompt needs at least one token")
     B, Lp = len(rows), max(map(len, rows))
     ids = torch.tensor([p + [pad_id] * (Lp - len(p)) for p in rows], device=device)
     last = torch.tensor([len(p) - 1 for p in rows], device=device)  # each row's last prompt token
