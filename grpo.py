@@ -32,16 +32,15 @@ def group_advantages(keys, rewards, eps=1e-6, scale=True):
     groups = defaultdict(list)
     for i, k in enumerate(keys):
         groups[k].append(i)
-    advantages = [0.0] * len(keys)
+    advantages = {}  # row index -> advantage; every row is in exactly one group
     singletons = sum(len(rows) == 1 for rows in groups.values())
     for rows in groups.values():  # a group of one: a = 0 below, so no baseline-free reward slips through
         r = torch.tensor([float(rewards[i]) for i in rows], dtype=torch.float64)
         a = r - r.mean()  # exactly 0 when all rewards are equal
         if scale and a.abs().max() > 0:
             a = a / (r.std() + eps)
-        for i, v in zip(rows, a.tolist()):
-            advantages[i] = v
-    return advantages, singletons
+        advantages.update(zip(rows, a.tolist()))
+    return [advantages[i] for i in range(len(keys))], singletons
 
 
 def token_weights(roles, lengths, mode="seq-mean-token-mean", role_weights=None):

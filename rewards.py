@@ -100,8 +100,7 @@ def _arg(s: str, i: int) -> tuple[str, int]:
 
 def last_boxed(text: str) -> str | None:
     """Content of the last \\boxed{...} / \\fbox{...} (brace-matched) or `\\boxed 5`; None if absent or unclosed."""
-    i = max(text.rfind("\\boxed"), text.rfind("\\fbox"))
-    if i < 0:
+    if (i := max(text.rfind("\\boxed"), text.rfind("\\fbox"))) < 0:
         return None
     j = i + (6 if text.startswith("\\boxed", i) else 5)
     if text[j:j + 1] == "{":
@@ -193,8 +192,7 @@ def _latex_to_sympy(s: str) -> str:
             a, i = _arg(s, i)
             out.append(f"sqrt({_latex_to_sympy(a)})" if n is None else f"(({_latex_to_sympy(a)})**(1/({n})))")
         elif s[i] == "\\":
-            m = re.match(r"\\([a-zA-Z]+)", s[i:])
-            if not m or m.group(1) not in _NAMES:
+            if not (m := re.match(r"\\([a-zA-Z]+)", s[i:])) or m.group(1) not in _NAMES:
                 raise ValueError(s)
             out.append(f" {_NAMES[m.group(1)]} ")
             i += m.end()
@@ -658,8 +656,7 @@ def code_check(completion: str, problem: dict, deadline: float | None = None) ->
     `deadline` (a time.monotonic() value). A malformed problem (see bad_problem) scores 0 with 'bad_problem'."""
     if bad_problem(problem):
         return 0.0, "bad_problem"
-    code = extract_code(completion)
-    if code is None:
+    if (code := extract_code(completion)) is None:
         return 0.0, "no_code"
     tests, io_tests = problem.get("test_code") or "", problem.get("io_tests") or []
     limit = lambda: min(problem.get("timeout", TIMEOUT_S), float("inf") if deadline is None else deadline - time.monotonic())

@@ -231,7 +231,7 @@ def old_and_ref_logprobs(model, rows, adv, groups, args):
     role_adapter = adapter_map(args.workflow, args.policy)  # "shared" under SP, the role's own under IP
     later = {i for k, (adapter, idx) in enumerate(groups) if adapter in [a for a, _ in groups[:k]] for i in idx
              if adv[i] != 0 or role_value(args.kl_coefs, rows[i].role)}  # the rows optimizer_step runs
-    old_lp, ref_lp = [None] * len(rows), [None] * len(rows)
+    old_lp, ref_lp = {}, {}  # row index -> log-probs; the rows not computed get None
     with torch.no_grad():
         for adapter in dict.fromkeys(role_adapter.values()):
             mine = [i for i, r in enumerate(rows) if role_adapter[r.role] == adapter and r.completion_ids]
@@ -244,9 +244,8 @@ def old_and_ref_logprobs(model, rows, adv, groups, args):
                         lora.set_adapter(model, name)
                         lps, _ = grpo.completion_logprobs(model, [rows[i].prompt_ids for i in sel],
                                                           [rows[i].completion_ids for i in sel], args.temperature)
-                        for i, lp in zip(sel, lps):
-                            target[i] = lp
-    return old_lp, ref_lp
+                        target.update(zip(sel, lps))
+    return [old_lp.get(i) for i in range(len(rows))], [ref_lp.get(i) for i in range(len(rows))]
 
 
 def optimizer_step(model, adapter, rows, adv, old_lp, ref_lp, opt, args, stats):

@@ -218,12 +218,10 @@ def make_policy(model, tokenizer, adapters, max_new_tokens=512, temperature=0.7,
             done = sample(model, [prompts[i] for i in keep], n=1, max_new_tokens=max_new_tokens,
                           temperature=temperature, top_p=top_p, top_k=top_k, stop_ids=stops,
                           pad_id=tokenizer.pad_token_id, generator=generator)
-        out = [None] * len(texts)
-        for i, c in zip(keep, done):
-            out[i] = Turn(role, role, prompts[i], c.tokens, c.logprobs, c.finish,
-                          tokenizer.decode(c.tokens, skip_special_tokens=True))
+        turns = {i: Turn(role, role, prompts[i], c.tokens, c.logprobs, c.finish,
+                         tokenizer.decode(c.tokens, skip_special_tokens=True)) for i, c in zip(keep, done)}
         policy.stages.append([role, len(done), sum(len(c.tokens) for c in done), time.perf_counter() - start])
-        return out
+        return [turns.get(i) for i in range(len(texts))]  # None: not sampled
     policy.stages = []
     return policy
 

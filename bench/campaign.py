@@ -391,7 +391,7 @@ def mbpp_train(src, runs):
     dst = os.path.join(runs, "mbpp", "train-outside-11-510.jsonl")
     os.makedirs(os.path.dirname(dst), exist_ok=True)
     with open(f"{dst}.{os.getpid()}.tmp", "w") as f:  # per process: campaigns starting at once each write their own
-        f.writelines(line for line, r in zip(lines, rows) if r["task_id"] not in MBPP_TEST)
+        f.writelines(line.rstrip("\n") + "\n" for line, r in zip(lines, rows) if r["task_id"] not in MBPP_TEST)
     os.replace(f"{dst}.{os.getpid()}.tmp", dst)
     return dst
 

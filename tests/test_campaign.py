@@ -674,6 +674,7 @@ def test_code_cells_and_another_model(tmp_path, fake):
     mbpp.parent.mkdir()
     write_jsonl(mbpp, [{"task_id": i, "text": "t", "code": "c", "test_list": ["assert f() == 1"]}
                        for i in [*range(1, 13), *range(509, 513)]])
+    mbpp.write_text(mbpp.read_text().rstrip("\n"))  # as the shared copy of MBPP: no newline after the last row
     write_jsonl(he, [{"task_id": f"HumanEval/{i}", "prompt": f"def f{i}():\n", "entry_point": f"f{i}",
                       "test": f"def check(c):\n    assert c() == {i}\n"} for i in range(3)])
     results = tmp_path / "c.jsonl"
@@ -696,6 +697,7 @@ def test_code_cells_and_another_model(tmp_path, fake):
     data = train[train.index("--data") + 1]
     assert data == str(tmp_path / "runs" / "mbpp" / "train-outside-11-510.jsonl")
     assert [r["task_id"] for r in campaign.read_jsonl(data)] == [*range(1, 11), 511, 512]
+    assert pathlib.Path(data).read_text().endswith("}\n")  # whole lines, even when the source's last has no newline
     assert world.cmds[-1][world.cmds[-1].index("--problems") + 1] == "3"  # all 3, not 500
     assert os.path.exists(tmp_path / "runs" / "logs" / "single-s0-code.log")
     rows = campaign.read_jsonl(results)
