@@ -8,6 +8,7 @@ evaluate every checkpoint, append one JSON record per finished run to docs/resul
     python bench/campaign.py single-s0 --task code --runs /root/runs           # MBPP -> HumanEval
     python bench/campaign.py single-s0 --model /root/mdl15/hf --model-name Qwen2.5-Coder-1.5B-Instruct
     python bench/campaign.py --plot                                        # one PNG per claim from the file
+    python bench/campaign.py --table                                       # the grid table(s), Markdown
     python bench/campaign.py --list                                        # the configurations and the grid
 
 A run name is CONFIG-sSEED (CONFIG from CONFIGS below). `--task code` (issue 17) adds `--task code
@@ -449,6 +450,27 @@ def plot(results, out_dir):
         print(f"{path}: {len(runs)} run(s)")
 
 
+def table(results):
+    """The grid table of docs/results.md from the results file, one per (model, task), rows sorted by config and
+    seed: base, peak (step), final (step), final - base with its size in standard errors (unpaired: sqrt(se_base^2 +
+    se_final^2)), the two se, the mean step time."""
+    records = read_jsonl(results)
+    out = []
+    for model, task in sorted({(r["model"], r.get("task", "math")) for r in records}):
+        out += [f"{model}, {task}:", "", "| run | base | peak (step) | final (step) | final - base | se (base / final) "
+                "| mean step time |", "|---|---|---|---|---|---|---|"]
+        for r in sorted((r for r in records if (r["model"], r.get("task", "math")) == (model, task)),
+                        key=lambda r: (list(CONFIGS).index(r["config"]) if r["config"] in CONFIGS else 99, r["seed"])):
+            b, p, f = r["base"], r["peak"], r["final"]
+            d, se = f["pass@1"] - b["pass@1"], (b["se"] ** 2 + f["se"] ** 2) ** 0.5
+            t = f"{r['step_time_s']:.2f} s" if r.get("step_time_s") else "-"
+            gain = f"{d:+.3f} ({d / se:.1f} se)" if se else f"{d:+.3f}"
+            out.append(f"| {r['name']} | {b['pass@1']:.3f} | {p['pass@1']:.3f} ({p['step']}) | {f['pass@1']:.3f} "
+                       f"({f['step']}) | {gain} | {b['se']:.3f} / {f['se']:.3f} | {t} |")
+        out.append("")
+    return "\n".join(out)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("runs_to_do", nargs="*", metavar="NAME", help="CONFIG-sSEED, e.g. single-s0 voting-ip-merged-s1")
@@ -478,12 +500,15 @@ def main(argv=None):
     p.add_argument("--force", action="store_true", help="rerun (from scratch) runs already in --results")
     p.add_argument("--status-every", type=float, default=60)
     p.add_argument("--plot", action="store_true", help="draw one PNG per claim beside --results, then exit")
+    p.add_argument("--table", action="store_true", help="print the grid table(s) from --results (Markdown), then exit")
     p.add_argument("--list", action="store_true", help="print the grid and the configurations, then exit")
     args = p.parse_args(argv)
     if args.list:
         print("grid:", " ".join(GRID), f"--save-every {args.eval_every}")
         print("\n".join(f"{name:<24}{' '.join(flags)}" for name, flags in CONFIGS.items()))
         return
+    if args.table:
+        return print(table(args.results))
     if args.plot:
         return plot(args.results, os.path.dirname(os.path.abspath(args.results)))
     if not args.model_name and args.model not in ("/root/mdl/hf", "tiny"):  # records and folders name the model

@@ -739,3 +739,16 @@ def test_carry_big_eval_log_and_the_cell_of_a_code_run(tmp_path):
     out = carry("unpack", name, tmp_path / "runs2", tmp_path / "c2", env=env)
     assert ("bench/campaign.py single-s0 --task code --model MODEL --model-name Qwen2.5-Coder-1.5B-Instruct --runs"
             in out), out
+
+
+def test_table(run_dir, tmp_path):
+    """--table: one Markdown table per (model, task), rows in CONFIGS' order then by seed, final - base in se."""
+    r = campaign.build_record(run_dir, "single-s1", campaign.DEFAULT_MODEL, "gsm8k/test.jsonl", 500, 2)
+    v = {**r, "name": "voting-ip-s0", "config": "voting-ip", "seed": 0}
+    write_jsonl(tmp_path / "c.jsonl", [v, r, {**r, "task": "code"}])
+    lines = campaign.table(str(tmp_path / "c.jsonl")).splitlines()
+    assert lines[0] == f"{campaign.DEFAULT_MODEL}, code:" and lines[6] == f"{campaign.DEFAULT_MODEL}, math:"
+    assert [ln.split(" | ")[0] for ln in lines[10:12]] == ["| single-s1", "| voting-ip-s0"]
+    b, f = r["base"], r["final"]
+    se = (b["se"] ** 2 + f["se"] ** 2) ** 0.5
+    assert f"| {f['pass@1'] - b['pass@1']:+.3f} ({(f['pass@1'] - b['pass@1']) / se:.1f} se) |" in lines[10]
