@@ -87,6 +87,12 @@ CONFIGS = {  # name -> train.py flags on top of GRID
                      "--coherence", "generator=0.5"],
     "orchworkers-ip-i6": ["--workflow", "orchworkers", "--policy", "ip", "--parallel-steps", "per-instance",
                           "--coherence", "worker=0.5"],
+    # the judging roles' collapse (issue 16: the evaluator that stops judging, the aggregator that writes N): I1, a
+    # KL anchor to the base model on the judge (0.05, README's example, not tuned), and I6 on the judge (0.5)
+    "evalopt-ip-i1": ["--workflow", "evalopt", "--policy", "ip", "--kl", "evaluator=0.05"],
+    "evalopt-ip-i6j": ["--workflow", "evalopt", "--policy", "ip", "--coherence", "evaluator=0.5"],
+    "voting-ip-i1": ["--workflow", "voting", "--policy", "ip", "--parallel-steps", "per-instance",
+                     "--kl", "aggregator=0.05"],
 }
 CLAIMS = {  # claim -> the configs its figure shows (C1: every run)
     "C1": list(CONFIGS),
@@ -95,6 +101,7 @@ CLAIMS = {  # claim -> the configs its figure shows (C1: every run)
     "C4": ["evalopt-ip", "evalopt-sp", "evalopt-sp-rb", "voting-ip", "voting-sp", "voting-sp-rb"],
     "C5": ["voting-ip", "voting-ip-merged", "orchworkers-ip", "orchworkers-ip-merged"],
     "I6": ["voting-ip", "voting-ip-i6", "orchworkers-ip", "orchworkers-ip-i6"],
+    "judges": ["evalopt-ip", "evalopt-ip-i1", "evalopt-ip-i6j", "voting-ip", "voting-ip-i1"],
 }
 SKIP = {"out", "resume", "device", "model", "model_used", "data", "eval_data", "eval_every", "eval_problems"}
 

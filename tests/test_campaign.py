@@ -95,7 +95,7 @@ def test_plots(run_dir, tmp_path):
                                   {**r, "model": "M15", "task": "code"}])  # another model and task: its own figures
     campaign.plot(str(out / "c.jsonl"), str(out))  # C5 has no run yet: no figure
     assert sorted(os.listdir(out)) == ["c.jsonl", "claim-C1-M15-code.png", "claim-C1.png", "claim-C2-M15-code.png",
-                                       "claim-C2.png", "claim-C3.png", "claim-C4.png"]
+                                       "claim-C2.png", "claim-C3.png", "claim-C4.png", "claim-judges.png"]
 
 
 def test_step_breakdown_of_a_tiny_run(tmp_path):
