@@ -240,11 +240,17 @@ def evaluated_steps(run_dir, eval_data, eval_problems, eval_n):
         return None
 
 
+def eval_chunk(n):
+    """The problems eval.py --run runs in lock-step with n samples each (eval.settings_and_problems; without
+    importing eval.py, which loads torch): an evaluation made with another is another random stream."""
+    return max(1, 256 // n)
+
+
 def evals_for(run_dir, eval_data, eval_problems, eval_n):
     """{step: eval.jsonl line} for these evaluation settings (a later line for a step wins)."""
     return {r["step"]: r for r in read_jsonl(os.path.join(run_dir, "eval.jsonl"))
             if r["settings"]["problems"] == eval_problems and r["settings"]["n"] == eval_n
-            and r["settings"].get("chunk", 32) == max(1, 256 // eval_n)  # eval.py's chunk (problems in lock-step)
+            and r["settings"].get("chunk", 32) == eval_chunk(eval_n)
             and data_name(r["settings"]["data"]) == data_name(eval_data)}
 
 

@@ -752,3 +752,11 @@ def test_table(run_dir, tmp_path):
     b, f = r["base"], r["final"]
     se = (b["se"] ** 2 + f["se"] ** 2) ** 0.5
     assert f"| {f['pass@1'] - b['pass@1']:+.3f} ({(f['pass@1'] - b['pass@1']) / se:.1f} se) |" in lines[10]
+
+
+def test_eval_chunk_is_eval_pys():
+    """The campaign's copy of eval.py's chunk rule (it must not import eval.py) gives eval.py's settings."""
+    import eval as E
+    for n in (1, 2, 3, 8, 300):
+        args = E.parse_args(["--model", "tiny", "--n", str(n)])
+        assert E.settings_and_problems(args, {}, "tiny", "math")[0]["chunk"] == campaign.eval_chunk(n), n
