@@ -299,7 +299,7 @@ def test_breakdown_parts_add_up_and_counts_fit_the_loop(tiny, device):
             if device == "cpu":
                 assert counts["warm-up"] == counts["replay"] == 0
             else:
-                assert counts["eager decode"] == 0 and counts["capture"] >= 1
+                assert counts["eager decode"] == 0 and counts["capture"] >= min(1, decode)  # long-stop: none
             if workload == "long-stop":
                 assert r["max_len"] == 1 and counts["draw"] == 1  # the host also checks after 1, 2, 4, ... tokens
             if workload == "long-2":
