@@ -33,6 +33,8 @@ import torch
 import torch.nn.functional as F
 from transformers import AttentionInterface, DynamicCache
 
+from grpo import output_head
+
 
 @dataclass
 class Completion:
@@ -250,34 +252,35 @@ def draw_fused(logits, temperature, seed):
 
 @torch.no_grad()
 def sample_fast(model, prompts, n=1, max_new_tokens=256, temperature=1.0, stop_ids=(), pad_id=0, generator=None,
-                min_new_tokens=0, cuda_graph=None, check_every=32, bucket=128, prefill_bytes=2**32):
+                min_new_tokens=0, cuda_graph=None, check_every=32, bucket=128, prefill_tokens=2**17):
     """`sample` for the GPU (same arguments and result, no top-k / top-p). cuda_graph defaults to
     True on CUDA; False runs the same code eagerly (how the CPU tests check it). Every
     `check_every` tokens the host looks once at how many rows are done: it stops when all are, and
     compacts the batch (a new graph for the smaller batch) when at most half are still running.
     Attention reads the cache up to the next multiple of `bucket` slots (a new graph per bucket).
-    The prefill runs in row chunks so that an explicit-mask attention's (rows, heads, Lp, Lp)
-    scores stay under `prefill_bytes` (long Eval-Opt histories would otherwise not fit)."""
+    The prefill runs right-padded with no mask, in row chunks of at most `prefill_tokens` padded tokens."""
     device = next(model.parameters()).device
     cuda_graph = device.type == "cuda" if cuda_graph is None else cuda_graph
     if not (rows := [p for p in prompts for _ in range(n)]):
         return []
-    ids, pmask, positions = left_pad(rows, pad_id, device)  # raises on an empty prompt
-    B, Lp = ids.shape
-    L = Lp + max_new_tokens
+    # right-padded: under plain causal attention a row's tokens never see the pads after them, so the prefill
+    # needs no mask (HF's SDPA attention, which then runs SDPA causal); the pads' cache slots are masked out
+    # while decoding
+    if not all(rows):
+        raise ValueError("empty prompt: every prompt needs at least one token")
+    B, Lp = len(rows), max(map(len, rows))
+    ids = torch.tensor([p + [pad_id] * (Lp - len(p)) for p in rows], device=device)
+    last = torch.tensor([len(p) - 1 for p in rows], device=device)  # each row's last prompt token
     stops = torch.tensor(sorted(set(stop_ids) | {pad_id}), device=device)
-    cache = StaticKV(model.config, B, L, device, model.get_input_embeddings().weight.dtype)
-    # prefill mask (B, 1, Lp, L): causal, no padding keys; a padding query sees itself (finite rows)
-    real = pmask.bool()[:, None, None, :]
-    causal = torch.ones(Lp, Lp, dtype=torch.bool, device=device).tril()
-    prefill = (causal & real) | torch.eye(Lp, dtype=torch.bool, device=device)
-    mask = F.pad(real, (0, L - Lp))  # decode mask (B, 1, 1, L), grows by one slot per token
+    cache = StaticKV(model.config, B, Lp + max_new_tokens, device, model.get_input_embeddings().weight.dtype)
+    mask = F.pad((torch.arange(Lp, device=device) <= last[:, None])[:, None, None, :], (0, max_new_tokens))  # (B, 1, 1, L)
     cache.length = Lp
+    decoder, head = model.get_decoder(), output_head(model)
     kw = {cache_kw(model): cache, "use_cache": True}
-    chunk = max(1, prefill_bytes // (4 * model.config.get_text_config().num_attention_heads * Lp * Lp))
+    chunk = max(1, prefill_tokens // Lp)  # rows per prefill forward
     patches = contextlib.ExitStack()  # what the call changes, undone when it ends (also on an error)
     patches.callback(setattr, model.config, "_attn_implementation", model.config._attn_implementation)
-    model.config._attn_implementation = "gqa_static"
+    model.config._attn_implementation = "sdpa"  # the prefill: no mask, so plain causal attention (flash on CUDA)
     if device.type == "cuda":  # graphs and Triton launch on the current device: make it the model's
         patches.callback(torch.cuda.set_device, torch.cuda.current_device())
         torch.cuda.set_device(device)
@@ -285,11 +288,12 @@ def sample_fast(model, prompts, n=1, max_new_tokens=256, temperature=1.0, stop_i
         logits = []
         for a in range(0, B, chunk):
             cache.first, cache.rows = a, min(chunk, B - a)
-            logits.append(model(input_ids=ids[a:a + chunk], attention_mask={"full_attention": prefill[a:a + chunk]},
-                                position_ids=positions[a:a + chunk], logits_to_keep=1, **kw).logits[:, -1])
+            hidden = decoder(input_ids=ids[a:a + chunk], attention_mask={"full_attention": None}, **kw).last_hidden_state
+            logits.append(head(hidden[torch.arange(len(hidden), device=device), last[a:a + chunk]]))
         logits = torch.cat(logits)
         cache.first, cache.rows = 0, B
-        tok_in, pos_in = torch.zeros(B, 1, dtype=torch.long, device=device), positions[:, -1:].clone()
+        model.config._attn_implementation = "gqa_static"  # decoding: the masked attention of gqa_attention
+        tok_in, pos_in = torch.zeros(B, 1, dtype=torch.long, device=device), last[:, None].clone()
         # each row's draws (int64, filled with pad ids) and log-probs (float32)
         out_tok, out_lp = (torch.full((B, max_new_tokens), v, device=device) for v in (pad_id, 0.0))
         done = torch.zeros(B, dtype=torch.bool, device=device)
@@ -309,7 +313,9 @@ def sample_fast(model, prompts, n=1, max_new_tokens=256, temperature=1.0, stop_i
             done[active] |= torch.isin(tok, stops)
             if t == max_new_tokens - 1:
                 break
-            if (t + 1) % check_every == 0:  # the only host synchronisation in the loop
+            # the only host synchronisation in the loop: every check_every tokens, and after 1, 2, 4, 8, ... tokens
+            # ((t + 1) & t == 0: a power of two), so that a call whose rows all stop early ends early
+            if (t + 1) % check_every == 0 or (t + 1) & t == 0:
                 running = (~done[active]).nonzero()[:, 0]
                 if len(running) == 0:
                     break
@@ -324,20 +330,22 @@ def sample_fast(model, prompts, n=1, max_new_tokens=256, temperature=1.0, stop_i
             mask[:b, 0, 0, Lp + t] = True
             pos_in[:b] += 1
             cache.pos.fill_(Lp + t)
-            if Lp + t + 1 > cache.length:  # the new token's slot is past the attended window
-                cache.length = min(L, (Lp + t + 1 + bucket - 1) // bucket * bucket)
+            if Lp + t + 1 > cache.length:  # the new token's slot is past the attended window: grow it, with at
+                # least check_every slots ahead (else a second capture can follow the first at once), within the cache
+                cache.length = min(cache.k[0].shape[2], (Lp + t + check_every + bucket) // bucket * bucket)
                 graph = None
             if not cuda_graph:
                 logits = step_fn()
-            elif graph is None:  # warm up on a side stream (this is step t's real forward), then capture
+            elif graph is None:  # warm up on a side stream (this is step t's real forward), then capture there
                 side = torch.cuda.Stream()
                 side.wait_stream(torch.cuda.current_stream())
                 with torch.cuda.stream(side):
                     logits = step_fn()
-                torch.cuda.current_stream().wait_stream(side)
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph):
+                    graph = torch.cuda.CUDAGraph()
+                    graph.capture_begin()  # not torch.cuda.graph(): it syncs and empties the allocator's cache each time
                     graph_logits = step_fn()
+                    graph.capture_end()
+                torch.cuda.current_stream().wait_stream(side)
             else:
                 graph.replay()
                 logits = graph_logits

@@ -161,7 +161,7 @@ def test_fast_path_matches_simple_path_greedy_with_compaction(tiny, fused):
     with fused_layers(model) if fused else contextlib.nullcontext():
         fast = sample_fast(model, prompts(tok), n=2, max_new_tokens=30, temperature=0, stop_ids=eos,
                            pad_id=tok.pad_token_id, cuda_graph=False, check_every=4, bucket=8,
-                           prefill_bytes=4 * 4 * 40 * 40)  # prefill in chunks of ~4 rows
+                           prefill_tokens=4 * 40)  # prefill in chunks of ~4 rows
     assert [c.tokens for c in fast] == [c.tokens for c in ref]
     assert [c.finish for c in fast] == [c.finish for c in ref]
     for a, b in zip(fast, ref):
@@ -299,9 +299,9 @@ def test_breakdown_parts_add_up_and_counts_fit_the_loop(tiny, device):
             if device == "cpu":
                 assert counts["warm-up"] == counts["replay"] == 0
             else:
-                assert counts["eager decode"] == 0 and counts["capture"] >= 1
+                assert counts["eager decode"] == 0 and counts["capture"] >= min(1, decode)  # long-stop: none
             if workload == "long-stop":
-                assert r["max_len"] == 1 and counts["draw"] == int(key.split(":")[0])
+                assert r["max_len"] == 1 and counts["draw"] == 1  # the host also checks after 1, 2, 4, ... tokens
             if workload == "long-2":
                 assert counts["draw"] == r["max_len"] == 2
     eos = sorted(set(stop_ids(model, tok)) | {125, tok.pad_token_id})  # greedy on CPU: 4 of 8 rows stop by token 22
