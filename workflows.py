@@ -243,10 +243,11 @@ def _stage(policy, role, episodes, jobs):
     return out
 
 
-def _history(attempts, reviews):
-    """Attempt 1, Review of attempt 1, Attempt 2, ...: what the evaluator and a retry see."""
-    return "\n\n".join(part for k, a in enumerate(attempts, 1)
-                       for part in [ATTEMPT.format(k=k, text=a)] + [REVIEW.format(k=k, text=r) for r in reviews[k - 1:k]])
+def _history(ep):
+    """Attempt 1, Review of attempt 1, Attempt 2, ...: an Eval-Opt episode's turns so far, as the evaluator
+    and a retry see them. They alternate, generator then evaluator, so turn n is of attempt n // 2 + 1."""
+    return "\n\n".join((ATTEMPT if t.role == "generator" else REVIEW).format(k=n // 2 + 1, text=t.text)
+                       for n, t in enumerate(ep.turns))
 
 
 # ----------------------------------------------------------------------------- diagnostics helpers
@@ -295,33 +296,29 @@ def _single(eps, probs, tasks, policy, **_):
 
 def _evalopt(eps, probs, tasks, policy, rounds=None, **_):
     limit = [rounds or DEFAULT_ROUNDS[task] for task in tasks]
-    attempts, reviews = [[] for _ in eps], [[] for _ in eps]
     for ep in eps:
-        ep.facts.update(verdicts=[], stopped="prompt_too_long")
+        ep.facts.update(verdicts=[], stopped="prompt_too_long", rounds=0, retried=False)
     active = list(range(len(eps)))
     for r in range(max(limit, default=0)):
         jobs = [(i, "generator", PROMPTS[tasks[i]]["retry" if r else "generator"].format(
-            problem=probs[i]["prompt"], history=_history(attempts[i], reviews[i]))) for i in active]
+            problem=probs[i]["prompt"], history=_history(eps[i]))) for i in active]
         active = []  # a too-long retry ends the episode with its previous attempt as final
         for i, t in _stage(policy, "generator", eps, jobs):
-            attempts[i].append(t.text)
             eps[i].final = t.text
+            eps[i].facts.update(rounds=r + 1, retried=r > 0)  # active in round r: it made every earlier attempt
             active.append(i)
         jobs = [(i, "evaluator", PROMPTS[tasks[i]]["evaluator"].format(
-            problem=probs[i]["prompt"], history=_history(attempts[i], reviews[i]))) for i in active]
+            problem=probs[i]["prompt"], history=_history(eps[i]))) for i in active]
         active = []
         for i, t in _stage(policy, "evaluator", eps, jobs):
             verdict = parse_verdict(t.text)
             eps[i].facts["verdicts"].append(verdict)
-            reviews[i].append(t.text)
             if verdict == "Correct":
                 eps[i].facts["stopped"] = "approved"
             elif r + 1 >= limit[i]:
                 eps[i].facts["stopped"] = "round_limit"
             else:  # Incorrect or unparseable: retry
                 active.append(i)
-    for i, ep in enumerate(eps):
-        ep.facts.update(rounds=len(attempts[i]), retried=len(attempts[i]) > 1)
 
 
 def _evalopt_stats(episodes, task):
