@@ -447,28 +447,24 @@ def _sandbox_main():
         # os.path.realpath from C functions bound now: posixpath's are Python and call what the program can patch.
         # An exact str or bytes only: a PathLike or a str subclass could answer this check and the call differently
         p = p.decode("utf-8", "surrogateescape") if type(p) is bytes else p
-        if type(p) is not str:
-            raise PermissionError("sandbox: a path that is not a str or bytes")
-        if not p.startswith("/") and ".." in p.split("/"):  # resolved here against the cwd, by the call maybe against
-            raise PermissionError("sandbox: '..' in a relative path")  # a dir_fd (which an open event does not show)
-        todo, done, hops = (p if p.startswith("/") else getcwd() + "/" + p).split("/"), [], 0
+        # '..' in a relative path: resolved here against the cwd, by the call maybe against a dir_fd (an open event
+        # does not show it)
+        if type(p) is not str or not p.startswith("/") and ".." in p.split("/"):
+            raise PermissionError("sandbox: a path that is not a str or bytes, or a relative one with '..'")
+        # (a symbolic link loop would run to the time limit and fail: none can be made, os.symlink is refused)
+        todo, done = (p if p.startswith("/") else getcwd() + "/" + p).split("/"), []
         while todo:
             part = todo.pop(0)
-            if part == "..":
-                done[-1:] = []
             if part in ("", ".", ".."):
+                done = done[:-1] if part == ".." else done
                 continue
-            try:  # a symbolic link's target takes its place (from the root when absolute); not a link: OSError
+            try:
                 target = readlink("/".join(["", *done, part]))
-            except OSError:
+            except OSError:  # not a symbolic link (or no such path)
                 done.append(part)
-                continue
-            if (hops := hops + 1) > 40:
-                raise PermissionError("sandbox: too many symbolic links")
-            todo[:0], done = target.split("/"), [] if target.startswith("/") else done
+            else:  # a symbolic link: its target takes its place (from the root when absolute)
+                todo[:0], done = target.split("/"), [] if target.startswith("/") else done
         return "/".join(["", *done]) or "/"
-    # stat the path as given (the resolved one may be unreachable for nobody); no such path: OSError refuses the open
-    isdir = lambda p: _stat.S_ISDIR(stat(p).st_mode)
     work, inside = resolve(".") + "/", lambda p: (r := resolve(p)) == "/dev/null" or (r + "/").startswith(work)
     # what the program may read outside its dir: Python's import path (no data, no other runs' files), /dev/urandom
     readable = tuple(resolve(p) + "/" for p in sys.path if os.path.isdir(p))
@@ -481,7 +477,7 @@ def _sandbox_main():
     path_events = {"os.remove": 1, "os.rmdir": 1, "os.mkdir": 1, "os.chmod": 1, "os.chown": 1, "os.utime": 1,
                    "os.rename": 2, "os.link": 2, "os.truncate": 0, "shutil.rmtree": 1}
     wflags, not_paths = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC, (int, tuple, type(None))
-    def hook(event, args, isinstance=isinstance, any=any, str=str, int=int, len=len, type=type, PermissionError=PermissionError):
+    def hook(event, args, any=any, str=str, int=int, len=len, type=type, PermissionError=PermissionError, S_ISDIR=_stat.S_ISDIR):
         if event in deny or event.startswith(("ctypes.", "socket.")) or \
                 event == "import" and any(unsafe(part) for part in str(args[0]).split(".")):  # x._ctypes too
             raise PermissionError("sandbox: " + event)
@@ -491,8 +487,12 @@ def _sandbox_main():
             raise (ValueError if event == "sys._getframe" else AttributeError)("sandbox: no frames")
         if event == "open" and type(args[0]) is not int:
             writes = (type(args[1]) is str and any(c in args[1] for c in "wax+")) or (args[2] or 0) & wflags
-            p = resolve(args[0])  # inside the work dir, or reading a file (not a directory) of the import path
-            if not (inside(p) or not writes and not isdir(args[0]) and (p.startswith(readable) or p == "/dev/urandom")):
+            # inside the work dir, or reading a file (not a directory) of the import path. The directory test stats
+            # the path as given (the resolved one may be out of nobody's reach); no such path: its OSError refuses
+            # the open, which would fail too
+            p = resolve(args[0])
+            if not (inside(p) or not writes and (p.startswith(readable) or p == "/dev/urandom")
+                    and not S_ISDIR(stat(args[0]).st_mode)):
                 raise PermissionError("sandbox: open " + p)
         elif event in path_events:
             n = path_events[event]
