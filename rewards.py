@@ -24,9 +24,11 @@ the program can rebind) and accept exact str / bytes only. Guaranteed, each by a
   That thread is not the main one, so Python refuses it signal handlers (whose frame argument led back to the
   harness), and it never ends with an exception (whose traceback held its frame: a bare except, then os._exit, and
   nothing of the program's, not even its exception's repr, runs there); frames are refused otherwise
-  (sys._getframe, tracebacks' and generators' frames, tracing, sys.monitoring removed). The routes to the process's memory are refused too: ctypes is never loaded and cannot
-  be imported (nor _testcapi), /proc and directories outside the work dir cannot be opened (a relative path under
-  such a directory's fd escapes path checks), code objects cannot be built or unmarshalled (crafted bytecode).
+  (sys._getframe, tracebacks' and generators' frames, tracing, sys.monitoring removed). The main thread, which only
+  waits, ignores SIGINT, so the program cannot make it raise (and run its excepthook or atexit functions). The
+  routes to the process's memory are refused too: ctypes is never loaded and cannot be imported (nor _testcapi),
+  /proc and directories outside the work dir cannot be opened (a relative path under such a directory's fd escapes
+  path checks), code objects cannot be built or unmarshalled (crafted bytecode).
 - The tests do not trust the program's objects: their comparisons and arithmetic are rewritten (ast) to refuse a
   trusted value (an allowlist of exact built-in types, containers of them, an unmodified Counter, numpy's types)
   meeting anything else, so an always-equal object or int subclass passes no `==`, `in` or `abs(x - y) < eps`.
@@ -42,7 +44,9 @@ NOT protected against (run large-scale untrusted code in a container or VM):
   the tests import (math.fabs in HumanEval/32), comparisons between two untrusted objects (the program's own).
 - As non-root the program runs as you, behind only the audit hook, which can be evaded (os.pidfd_open +
   signal.pidfd_send_signal are not audited); as root, `nobody` can still signal other `nobody` processes. A file
-  opened by C code without an audit event is not checked; directories outside can be listed (names, not contents).
+  opened by C code without an audit event is not checked (the known modules that do are refused: readline, shared
+  memory, dbm, syslog); os.mkfifo and os.mknod (no audit event) can make empty files or FIFOs where the user may
+  write (as root: /tmp); directories outside can be listed (names, not contents).
 - Network is refused only by the audit hook (no namespace); disk use is bounded per file only.
 Cost of the memory guards: a program importing numpy fails (numpy imports ctypes).
 Needs Linux >= 5.3 (pidfd) and sympy (a dependency of torch).
@@ -410,7 +414,7 @@ class ExecResult:
 # and it runs in a second thread, where Python refuses to install signal handlers (a handler's frame argument
 # would lead back to these frames); frames are otherwise refused by the audit hook.
 def _sandbox_main():
-    import _collections, _stat, _thread, ast, builtins, collections, json, os, resource, sys  # never ctypes: see below
+    import _collections, _signal, _stat, _thread, ast, builtins, collections, json, os, resource, sys  # never ctypes: below
     job_path, result_fd = sys.argv[1], int(sys.argv[2])
     with open(job_path) as f:
         job = json.load(f)
@@ -472,10 +476,12 @@ def _sandbox_main():
                      "resource.prlimit sys.settrace sys.setprofile sys._current_frames sys._current_exceptions "
                      "os.symlink sys.addaudithook gc.get_objects gc.get_referrers gc.get_referents code.__new__ "
                      "marshal.loads sqlite3.connect".split())
-    # memory access (ctypes, the test modules) or interpreters without this hook (_xxsubinterpreters, _interpreters)
-    unsafe = lambda part: part == "ctypes" or part.startswith(("_ctypes", "_test", "_xx", "_interp"))
+    # memory access (ctypes, the test modules), interpreters without this hook (_xxsubinterpreters, _interpreters),
+    # modules that read or write files in C with no audit event (readline's history files, shared memory, dbm, syslog)
+    unsafe = lambda part: part in ("ctypes", "readline", "_posixshmem", "_multiprocessing", "_dbm", "_gdbm", "syslog",
+                                   "_curses") or part.startswith(("_ctypes", "_test", "_xx", "_interp"))
     path_events = {"os.remove": 1, "os.rmdir": 1, "os.mkdir": 1, "os.chmod": 1, "os.chown": 1, "os.utime": 1,
-                   "os.rename": 2, "os.link": 2, "os.truncate": 0, "shutil.rmtree": 1}
+                   "os.rename": 2, "os.link": 2, "os.truncate": 0, "shutil.rmtree": 1, "os.setxattr": 0, "os.removexattr": 0}
     wflags, not_paths = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC, (int, tuple, type(None))
     def hook(event, args, any=any, str=str, int=int, len=len, type=type, PermissionError=PermissionError, S_ISDIR=_stat.S_ISDIR):
         if event in deny or event.startswith(("ctypes.", "socket.")) or \
@@ -494,8 +500,7 @@ def _sandbox_main():
             if not (inside(p) or not writes and (p.startswith(readable) or p == "/dev/urandom")
                     and not S_ISDIR(stat(args[0]).st_mode)):
                 raise PermissionError("sandbox: open " + p)
-        elif event in path_events:
-            n = path_events[event]
+        elif (n := path_events.get(event)) is not None:  # n: how many dir_fd arguments end its args
             if any(type(a) not in not_paths and not inside(a) for a in args) or \
                     any(a not in (None, -1) for a in args[len(args) - n:] if n):
                 raise PermissionError("sandbox: " + event)
@@ -576,13 +581,16 @@ def _sandbox_main():
             exit_(1)
     go, wait = _thread.allocate_lock(), _thread.allocate_lock()
     go.acquire(); wait.acquire()
+    # SIGINT (the only signal whose default raises: KeyboardInterrupt) ignored in this thread, which the program can
+    # signal (pidfd_send_signal is not audited) but not give a handler: an exception here ran its excepthook / atexit
+    _signal.signal(_signal.SIGINT, _signal.SIG_IGN)
     _thread.start_new_thread(worker, (nonce, go))  # not threading.Thread: its object would hold the arguments
     del nonce
     lock_down()
     go.release()
     try:
         wait.acquire()  # forever: the worker ends the process
-    except BaseException:
+    except:  # noqa: E722 (bare, as in the worker)
         exit_(1)
 
 

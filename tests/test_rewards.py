@@ -360,7 +360,9 @@ for patch in (lambda: setattr(posixpath, "abspath", inside), lambda: setattr(pos
 for act in (lambda: open({loose!r}, "w").write("x"), lambda: open("/proc/self/status").read(),
             lambda: open({gold!r}).read(), lambda: open(Sneaky({loose!r} + "-sub"), "w").write("x"),
             lambda: os.listdir(os.open({gold_dir!r}, 0)), lambda: os.remove(Sneaky({gold!r})),
-            lambda: __import__("sqlite3").connect({gold!r})):  # sqlite opens files in C
+            lambda: __import__("sqlite3").connect({gold!r}),  # sqlite, readline, shared memory: files opened in C
+            lambda: __import__("readline").read_history_file({gold!r}), lambda: os.setxattr({gold!r}, "user.x", b"1"),
+            lambda: __import__("_posixshmem").shm_open({shm!r}, os.O_CREAT | os.O_RDWR, 0o600)):
     try:
         act()
         done.append(act)
@@ -376,15 +378,17 @@ def test_adversary_patches_the_path_checks():
     check one way and the call another. And any world-readable file could be read: the gold answers
     of MBPP / HumanEval in the data folder passed every problem. Now paths are resolved with C functions bound
     before the program runs, only exact str / bytes are accepted, and reads outside the work dir are limited to
-    Python's import path."""
+    Python's import path. A second review read the data through readline's history file and wrote through shared
+    memory (files opened in C, no audit event): those modules cannot be imported."""
     gold_dir = Path(tempfile.mkdtemp(dir="/tmp", prefix="grpo-gold-"))  # world-readable, like ../shared/data
     gold, loose = gold_dir / "mbpp.jsonl", Path("/tmp") / f"grpo-planted-{secrets.token_hex(4)}"
     try:
         os.chmod(gold_dir, 0o755)
         gold.write_text('{"code": "def f(): return 42"}')
-        run_adversary(PATCHED_PATH_CHECKS.format(loose=str(loose), gold=str(gold), gold_dir=str(gold_dir)),
-                      "assert done")
+        run_adversary(PATCHED_PATH_CHECKS.format(loose=str(loose), gold=str(gold), gold_dir=str(gold_dir),
+                                                 shm="/" + loose.name), "assert done")
         assert gold.exists() and not any(Path("/tmp").glob(loose.name + "*"))
+        assert not Path("/dev/shm", loose.name).exists()
     finally:
         shutil.rmtree(gold_dir)
 
@@ -440,7 +444,41 @@ def add(x, y):
 """
 
 
-@pytest.mark.parametrize("program", [ESCAPING_EXCEPTION, HIJACKED_HARNESS_NAMES], ids=["escaping-exception", "names"])
+# ... and one that sent SIGINT to its own process (pidfd_send_signal is not audited): the main thread's `except
+# BaseException` (rebound to ()) let KeyboardInterrupt out, so the program's excepthook and atexit functions ran in
+# the main thread, found the worker function in the dead frame and replaced its exec: the tests never ran
+MAIN_THREAD_SIGINT = """
+import sys, gc, os, signal, time, atexit
+sys.modules["__main__"].BaseException = ()
+state = {}
+def excepthook(t, v, tb):
+    box = [tb]
+    box.append(box)
+sys.excepthook = excepthook
+def at():
+    sys.last_type = sys.last_value = sys.last_traceback = None
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    gc.collect()
+    for o in gc.garbage:
+        if type(o).__name__ == "frame" and "worker" in o.f_locals:
+            w = o.f_locals["worker"]
+            for name, cell in zip(w.__code__.co_freevars, w.__closure__):
+                if name == "run":
+                    def fake(code, ns, *a):
+                        ns["check"] = lambda f: None
+                    cell.cell_contents = fake
+                    state["done"] = True
+    while True:
+        time.sleep(1)
+atexit.register(at)
+signal.pidfd_send_signal(os.pidfd_open(os.getpid()), signal.SIGINT)
+while "done" not in state:
+    time.sleep(0.01)
+"""
+
+
+@pytest.mark.parametrize("program", [ESCAPING_EXCEPTION, HIJACKED_HARNESS_NAMES, MAIN_THREAD_SIGINT],
+                         ids=["escaping-exception", "names", "main-thread-sigint"])
 def test_adversary_escapes_the_harness_thread(program):
     run_adversary(program, "import math\nassert add(1, 2) == 3")
 
