@@ -45,7 +45,7 @@ NOT protected against (run large-scale untrusted code in a container or VM):
 - As non-root the program runs as you, behind only the audit hook, which can be evaded (os.pidfd_open +
   signal.pidfd_send_signal are not audited); as root, `nobody` can still signal other `nobody` processes. A file
   opened by C code without an audit event is not checked (the known modules that do are refused: readline, shared
-  memory, dbm, syslog); os.mkfifo and os.mknod (no audit event) can make empty files or FIFOs where the user may
+  memory, dbm, syslog, Tcl; an allow-list of extension modules would be stronger); os.mkfifo and os.mknod (no audit event) can make empty files or FIFOs where the user may
   write (as root: /tmp); directories outside can be listed (names, not contents).
 - Network is refused only by the audit hook (no namespace); disk use is bounded per file only.
 Cost of the memory guards: a program importing numpy fails (numpy imports ctypes).
@@ -475,11 +475,12 @@ def _sandbox_main():
     deny = frozenset("os.kill os.killpg os.fork os.forkpty os.exec os.posix_spawn os.spawn os.system subprocess.Popen "
                      "resource.prlimit sys.settrace sys.setprofile sys._current_frames sys._current_exceptions "
                      "os.symlink sys.addaudithook gc.get_objects gc.get_referrers gc.get_referents code.__new__ "
-                     "marshal.loads sqlite3.connect".split())
+                     "marshal.loads marshal.load sqlite3.connect".split())
     # memory access (ctypes, the test modules), interpreters without this hook (_xxsubinterpreters, _interpreters),
-    # modules that read or write files in C with no audit event (readline's history files, shared memory, dbm, syslog)
+    # modules that read or write files in C with no audit event (readline's history files, shared memory, dbm, syslog,
+    # Tcl's own open / read / puts)
     unsafe = lambda part: part in ("ctypes", "readline", "_posixshmem", "_multiprocessing", "_dbm", "_gdbm", "syslog",
-                                   "_curses") or part.startswith(("_ctypes", "_test", "_xx", "_interp"))
+                                   "_curses", "_tkinter") or part.startswith(("_ctypes", "_test", "_xx", "_interp"))
     path_events = {"os.remove": 1, "os.rmdir": 1, "os.mkdir": 1, "os.chmod": 1, "os.chown": 1, "os.utime": 1,
                    "os.rename": 2, "os.link": 2, "os.truncate": 0, "shutil.rmtree": 1, "os.setxattr": 0, "os.removexattr": 0}
     wflags, not_paths = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC, (int, tuple, type(None))
@@ -566,9 +567,10 @@ def _sandbox_main():
             run(codes[1], g)
             clear(); update(saved)
             # the tests' namespace: the program's names except those shadowing a builtin (the entry point may),
-            # the setup's names over the program's (e.g. a helper the prompt gave), private builtins, strict ops
+            # the setup's names over the program's (e.g. a helper the prompt gave), private builtins, strict ops; str
+            # keys only (an object hashing and comparing like '_sbx_cmp', inserted first, took that name's slot)
             tb = dict(saved)
-            ns = {k: v for k, v in g.items() if k not in tb or k == ep}
+            ns = {k: v for k, v in g.items() if type(k) is str and (k not in tb or k == ep)}
             ns.update({k: v for k, v in setup_ns.items() if k != ep}, __builtins__=tb, _sbx_cmp=cmp, _sbx_bin=arith)
             run(codes[2], ns)
             if check:

@@ -64,6 +64,8 @@ REWARDS_GAMED = ids("test_rewards.py", "test_math_issue_false_positives", "test_
 JSONL = [*ids("test_data.py", "test_append_jsonl_drops_a_cut_off_last_line_and_read_jsonl_skips_it"),  # a run's logs
          *ids("test_eval.py", "test_rerun_after_a_cut_off_line_loses_no_record"),
          *ids("test_train.py", "test_resume_drops_a_metrics_line_cut_off_by_a_kill")]
+SANDBOX_ESCAPES = ids("test_rewards.py", "test_adversary_patches_the_path_checks", "test_adversary_escapes_the_harness_thread",
+                      "test_adversary_third_review", "test_adversary_reads_and_writes_files_through_tcl")
 REWARDS_SANDBOX = ids("test_rewards.py", "test_adversary_always_equal_objects", "test_adversary_shadows_builtins_the_tests_call",
                       "test_malformed_problems_fail_closed", "test_strict_comparisons_keep_legitimate_answers")
 
@@ -209,6 +211,23 @@ MUTANTS = [
      "ns = {k: v for k, v in g.items() if k not in tb or k == ep}", "ns = dict(g)", REWARDS_SANDBOX),
     ("program-redefines-setup-helpers", "rewards.py", "_sandbox_main",
      "ns.update({k: v for k, v in setup_ns.items() if k != ep}, ", "ns.update(", REWARDS_SANDBOX),
+    # 2026-12-01 red-team reviews: each fix undone
+    ("sandbox-reads-any-file", "rewards.py", "_sandbox_main", '(p.startswith(readable) or p == "/dev/urandom")', "True",
+     SANDBOX_ESCAPES),
+    ("worker-thread-can-die", "rewards.py", "_sandbox_main",  # the old handler: by name, a repr, no finally
+     "except:  # noqa: E722 (bare: `except BaseException` looks the name up, which the program can rebind); no repr\n"
+     "            write(2, (\"harness: \" + type_name(exc_info()[0])).encode())  # of its objects: that runs its code here\n"
+     "        finally:", "except BaseException as e:\n            write(2, (\"harness: %r\" % (e,)).encode())\n"
+     "        finally:\n            pass\n        if False:", SANDBOX_ESCAPES),
+    ("tests-builtins-via-global-dict", "rewards.py", "_sandbox_main", "def worker(nonce, go, dict=dict,",
+     "def worker(nonce, go, _dict=dict,", SANDBOX_ESCAPES),
+    ("c-file-modules-importable", "rewards.py", "_sandbox_main", '"readline", "_posixshmem", ', "", SANDBOX_ESCAPES),
+    ("path-checks-trust-posixpath", "rewards.py", "_sandbox_main", "            p = resolve(args[0])\n",
+     "            p = os.path.realpath(args[0])\n", SANDBOX_ESCAPES),
+    ("marshal-load-allowed", "rewards.py", "_sandbox_main", '"marshal.loads marshal.load ', '"marshal.loads ', SANDBOX_ESCAPES),
+    ("impostor-keys-reach-the-tests", "rewards.py", "_sandbox_main", "if type(k) is str and (k not in tb or k == ep)",
+     "if (k not in tb or k == ep)", SANDBOX_ESCAPES),
+    ("tcl-importable", "rewards.py", "_sandbox_main", '"_curses", "_tkinter")', '"_curses")', SANDBOX_ESCAPES),
     ("check-without-entry-point-accepted", "rewards.py", "bad_problem",
      "_CHECK.search(tests) and not", "False and not", REWARDS_SANDBOX),
     ("empty-io-output-accepted", "rewards.py", "bad_problem",

@@ -483,6 +483,69 @@ def test_adversary_escapes_the_harness_thread(program):
     run_adversary(program, "import math\nassert add(1, 2) == 3")
 
 
+# ... a third review: a global whose key is an object that hashes and compares like "_sbx_cmp" (it took that
+# name's slot in the tests' namespace: 160 of 164 HumanEval passed); bytecode built by marshal.load (not denied,
+# unlike marshal.loads) read its own frame and walked f_back to the token (every problem passed; CPython 3.11's
+# layout); Tcl's open / read, which raise no audit event, read the gold data
+IMPOSTOR_KEY = """
+class K:
+    n = 0
+    def __hash__(self):
+        return hash("_sbx_cmp")
+    def __eq__(self, o):
+        K.n += 1
+        return K.n > 1
+globals()[K()] = lambda ops, *thunks: True
+def add(*a, **k):
+    return 0
+"""
+CRAFTED_BYTECODE = """
+import io, marshal, os, sys
+def _me():
+    try:
+        raise ValueError
+    except ValueError:
+        pass
+    x = None
+    x = x
+    return x
+_c = _me.__code__.co_code
+_i = _c.rindex(bytes([100, 0, 125, 0, 124, 0, 125, 0, 124, 0]))
+_n = _c[:_i] + bytes([9, 0, 144, 255, 144, 255, 144, 255, 124, 252]) + _c[_i + 10:]
+_me.__code__ = marshal.load(io.BytesIO(marshal.dumps(_me.__code__).replace(_c, _n)))
+_f = _me()
+while _f is not None:
+    _v = _f.f_locals.get("nonce")
+    if type(_v) is bytes and len(_v) == 32:
+        os.write(int(sys.argv[2]), _v)
+        os._exit(0)
+    _f = _f.f_back
+"""
+TCL_FILES = """
+import tkinter
+tcl = tkinter.Tcl()
+tcl.eval("set f [open {gold}]; set d [read $f]; close $f; set d")
+tcl.eval("set f [open {loose} w]; puts $f x; close $f")
+"""
+
+
+@pytest.mark.parametrize("program", [IMPOSTOR_KEY, CRAFTED_BYTECODE], ids=["impostor-key", "crafted-bytecode"])
+def test_adversary_third_review(program):
+    run_adversary(program, "import math\nassert add(1, 2) == 3")
+
+
+def test_adversary_reads_and_writes_files_through_tcl():
+    gold_dir = Path(tempfile.mkdtemp(dir="/tmp", prefix="grpo-gold-"))
+    gold, loose = gold_dir / "mbpp.jsonl", Path("/tmp") / f"grpo-planted-{secrets.token_hex(4)}"
+    try:
+        os.chmod(gold_dir, 0o755)
+        gold.write_text("x")
+        run_adversary(TCL_FILES.format(gold=gold, loose=loose), "assert True")
+        assert not loose.exists()
+    finally:
+        shutil.rmtree(gold_dir)
+
+
 def test_adversary_reads_parent_environment(monkeypatch):
     secret = secrets.token_hex(8)
     monkeypatch.setenv("GRPO_TEST_SECRET", secret)
