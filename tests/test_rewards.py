@@ -546,6 +546,60 @@ def test_adversary_reads_and_writes_files_through_tcl():
         shutil.rmtree(gold_dir)
 
 
+# ... a fourth review: gc.set_debug(DEBUG_SAVEALL) kept the program's own dead frame (in a reference cycle) in
+# gc.garbage, and its f_back chain (not audited) reached the harness's frame and the token (every problem passed);
+# and an import name that is a str subclass passed the check (str() of it said "harmless") while C loaded _ctypes
+GC_SAVED_FRAME = """
+import gc, os, sys
+def _grab():
+    try:
+        raise ValueError
+    except ValueError as e:
+        t = e.__traceback__
+_grab()
+gc.set_debug(gc.DEBUG_SAVEALL)
+gc.collect()
+for o in gc.garbage:
+    f = o if type(o).__name__ == "frame" else None
+    while f is not None:
+        v = f.f_locals.get("nonce")
+        if type(v) is bytes and len(v) == 32:
+            os.write(int(sys.argv[2]), v)
+            os._exit(0)
+        f = f.f_back
+"""
+STR_SUBCLASS_IMPORT = """
+import sys, os, _imp, importlib.machinery
+class S(str):
+    def __str__(self):
+        return "harmless"
+    def split(self, *a):
+        return ["harmless"]
+class Spec:
+    pass
+ways = []
+for path in [os.path.join(p, n) for p in sys.path if os.path.isdir(p) for n in os.listdir(p) if n.startswith("_ctypes.")]:
+    spec = Spec()
+    spec.name, spec.origin = S("_ctypes"), path
+    try:
+        ways.append(_imp.create_dynamic(spec))
+    except Exception:
+        pass
+for get in (lambda: _imp.create_builtin(importlib.machinery.BuiltinImporter.find_spec("gc")).set_debug,
+            lambda: __import__("gc").set_debug):  # a fresh gc would have set_debug back
+    try:
+        ways.append(get())
+    except Exception:
+        pass
+"""
+
+
+@pytest.mark.parametrize("program, tests", [(GC_SAVED_FRAME, "import math\nassert add(1, 2) == 3"),
+                                            (STR_SUBCLASS_IMPORT, "assert ways")], ids=["gc-saved-frame", "str-subclass-import"])
+def test_adversary_fourth_review(program, tests):
+    run_adversary(program, tests)
+
+
 def test_adversary_reads_parent_environment(monkeypatch):
     secret = secrets.token_hex(8)
     monkeypatch.setenv("GRPO_TEST_SECRET", secret)
