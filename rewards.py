@@ -50,7 +50,8 @@ NOT protected against (run large-scale untrusted code in a container or VM):
   listed (names, not contents). A function or class the tests define and pass to the program (none in HumanEval or
   MBPP) gives it the tests' namespace through __globals__, and with it their comparison helpers.
 - Network is refused only by the audit hook (no namespace); disk use is bounded per file only.
-Cost of the memory guards: a program importing numpy fails (numpy imports ctypes).
+Cost of the memory guards: a program importing anything outside the standard library fails (site-packages are not
+on its path, and native modules load only from the standard library's files).
 Needs Linux >= 5.3 (pidfd) and sympy (a dependency of torch).
 Tests: python -m pytest -q tests/test_rewards.py; throughput: python bench/rewards.py.
 """
@@ -67,7 +68,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import threading
 import time
@@ -421,7 +421,8 @@ def _sandbox_main():
     with open(job_path) as f:
         job = json.load(f)
     os.remove(job_path)                                   # holds the nonce and the tests
-    sys.path[:] = [p for p in sys.path if p] + job["path"]  # not the cwd: the program could plant math.py there
+    sys.path[:] = [p for p in sys.path if p]  # the standard library only: not the cwd (the program could plant math.py
+    # there), not site-packages (native modules such as _cffi_backend read memory and files)
     if child := os.fork():   # the intermediate: keeps the caller's identity and waits; the caller keeps the clock
         os.close(result_fd)
         code = os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
@@ -487,13 +488,14 @@ def _sandbox_main():
     # modules that read or write files in C with no audit event (readline's history files, shared memory, dbm, syslog,
     # Tcl's own open / read / puts)
     unsafe = lambda part: part in ("ctypes", "readline", "_posixshmem", "_multiprocessing", "_dbm", "_gdbm", "syslog",
-                                   "_curses", "_tkinter") or part.startswith(("_ctypes", "_test", "_xx", "_interp"))
+                                   "_curses", "_tkinter", "_ssl") or part.startswith(("_ctypes", "_test", "_xx", "_interp"))
     path_events = {"os.remove": 1, "os.rmdir": 1, "os.mkdir": 1, "os.chown": 1, "os.utime": 1,
                    "os.rename": 2, "os.link": 2, "os.truncate": 0, "shutil.rmtree": 1, "os.setxattr": 0, "os.removexattr": 0}
     wflags, not_paths = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC, (int, tuple, type(None))
     def hook(event, args, any=any, str=str, int=int, len=len, type=type, PermissionError=PermissionError, S_ISDIR=_stat.S_ISDIR):
-        if event in deny or event.startswith(("ctypes.", "socket.")) or \
-                event == "import" and (type(args[0]) is not str or any(unsafe(part) for part in args[0].split("."))):
+        if event in deny or event.startswith(("ctypes.", "socket.")) or event == "import" and (  # by a plain str name,
+                type(args[0]) is not str or any(unsafe(part) for part in args[0].split("."))  # a native module only
+                or args[1] is not None and not resolve(args[1]).startswith(readable)):  # from the standard library's files
             raise PermissionError("sandbox: " + event)
         if event == "sys._getframe" or event == "object.__getattr__" and args[1] in ("tb_frame", "gi_frame", "cr_frame",
                                                                                    "ag_frame"):
@@ -606,7 +608,6 @@ def _sandbox_main():
 # The harness runs as its own program (python -S -c, argv: job file, result fd): this function's source, then a call.
 _HARNESS = inspect.getsource(_sandbox_main) + "_sandbox_main()\n"
 
-_SITE = [p for p in dict.fromkeys(sysconfig.get_paths()[k] for k in ("purelib", "platlib")) if os.path.isdir(p)]
 _NOBODY = next(((p.pw_uid, p.pw_gid) for p in pwd.getpwall() if p.pw_name == "nobody"), (65534, 65534))  # uid, gid
 
 
@@ -619,7 +620,7 @@ def run_python(code: str, tests: str = "", *, setup: str = "", entry_point: str 
         return ExecResult("timeout", None, "", "batch time budget spent", 0.0)
     nonce, cap = secrets.token_hex(16), OUTPUT_MB << 20
     job = dict(mode="test" if stdin is None else "io", setup=setup, code=code, tests=tests, entry_point=entry_point,
-               check=bool(entry_point and _CHECK.search(tests)), nonce=nonce, timeout=timeout, path=_SITE, uid=_NOBODY[0],
+               check=bool(entry_point and _CHECK.search(tests)), nonce=nonce, timeout=timeout, uid=_NOBODY[0],
                gid=_NOBODY[1], cpu=int(timeout) + 1, mem=memory_mb << 20, fsize=cap)
     work, proc = tempfile.mkdtemp(prefix=WORKDIR_PREFIX), None
     rfd, wfd = os.pipe()

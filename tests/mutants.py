@@ -66,7 +66,7 @@ JSONL = [*ids("test_data.py", "test_append_jsonl_drops_a_cut_off_last_line_and_r
          *ids("test_train.py", "test_resume_drops_a_metrics_line_cut_off_by_a_kill")]
 SANDBOX_ESCAPES = ids("test_rewards.py", "test_adversary_patches_the_path_checks", "test_adversary_escapes_the_harness_thread",
                       "test_adversary_third_review", "test_adversary_reads_and_writes_files_through_tcl",
-                      "test_adversary_fourth_review")
+                      "test_adversary_fourth_review", "test_adversary_loads_native_code")
 REWARDS_SANDBOX = ids("test_rewards.py", "test_adversary_always_equal_objects", "test_adversary_shadows_builtins_the_tests_call",
                       "test_malformed_problems_fail_closed", "test_strict_comparisons_keep_legitimate_answers")
 
@@ -233,6 +233,8 @@ MUTANTS = [
     ("import-name-via-str", "rewards.py", "_sandbox_main",
      'event == "import" and (type(args[0]) is not str or any(unsafe(part) for part in args[0].split(".")))',
      'event == "import" and any(unsafe(part) for part in str(args[0]).split("."))', SANDBOX_ESCAPES),
+    ("native-module-from-any-file", "rewards.py", "_sandbox_main",
+     "or args[1] is not None and not resolve(args[1]).startswith(readable)", "or False", SANDBOX_ESCAPES),
     ("check-without-entry-point-accepted", "rewards.py", "bad_problem",
      "_CHECK.search(tests) and not", "False and not", REWARDS_SANDBOX),
     ("empty-io-output-accepted", "rewards.py", "bad_problem",

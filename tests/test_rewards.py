@@ -4,6 +4,7 @@ and the real data in ../shared/data when present (skipped otherwise).
 Real-data code tests run HumanEval in full and every 4th MBPP problem (244 of 974); set GRPO_FULL_DATA=1 to run
 all of MBPP (about 25 s more on 2 cores). Run: python -m pytest -q tests/test_rewards.py
 """
+import glob
 import json
 import os
 import re
@@ -598,6 +599,37 @@ for get in (lambda: _imp.create_builtin(importlib.machinery.BuiltinImporter.find
                                             (STR_SUBCLASS_IMPORT, "assert ways")], ids=["gc-saved-frame", "str-subclass-import"])
 def test_adversary_fourth_review(program, tests):
     run_adversary(program, tests)
+
+
+# ... a fifth review loaded native code the name check could not see: a fresh gc (set_debug back) from libpython
+# through _imp.create_dynamic, _cffi_backend from site-packages (raw memory, libc open / read / write), and a .so
+# the program wrote into its own dir. Native modules now load only from the standard library's files, and
+# site-packages is not on the sandbox's path
+NATIVE_CODE = """
+import glob, os, shutil, sys, _imp
+class Spec:
+    pass
+def load(name, path):
+    spec = Spec()
+    spec.name, spec.origin = name, path
+    return _imp.create_dynamic(spec)
+ways = []
+libs = [lib for p in sys.path for lib in glob.glob(p + "/../libpython3*.so*")]
+stdlib_json = [n for p in sys.path for n in glob.glob(p + "/_json.*.so")]
+for get in [lambda lib=lib: load("gc", lib).set_debug for lib in libs] + [
+        lambda: __import__("_cffi_backend"), lambda: load("_cffi_backend", {cffi!r}),
+        lambda: load("_json", shutil.copy(stdlib_json[0], os.path.abspath("_json.so")))]:
+    try:
+        ways.append(get())
+    except Exception:
+        pass
+"""
+
+
+def test_adversary_loads_native_code():
+    cffi = next(iter(glob.glob(os.path.join(os.path.dirname(os.__file__), "..", "**", "_cffi_backend*.so"),
+                               recursive=True)), "/nonexistent/_cffi_backend.so")
+    run_adversary(NATIVE_CODE.format(cffi=cffi), "assert ways")
 
 
 def test_adversary_reads_parent_environment(monkeypatch):
