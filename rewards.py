@@ -492,7 +492,8 @@ def _sandbox_main():
     path_events = {"os.remove": 1, "os.rmdir": 1, "os.mkdir": 1, "os.chown": 1, "os.utime": 1,
                    "os.rename": 2, "os.link": 2, "os.truncate": 0, "shutil.rmtree": 1, "os.setxattr": 0, "os.removexattr": 0}
     wflags, not_paths = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC, (int, tuple, type(None))
-    def hook(event, args, any=any, str=str, int=int, len=len, type=type, PermissionError=PermissionError, S_ISDIR=_stat.S_ISDIR):
+    def hook(event, args, any=any, str=str, int=int, len=len, type=type, PermissionError=PermissionError,
+             ValueError=ValueError, AttributeError=AttributeError, S_ISDIR=_stat.S_ISDIR):
         if event in deny or event.startswith(("ctypes.", "socket.")) or event == "import" and (  # by a plain str name,
                 type(args[0]) is not str or any(unsafe(part) for part in args[0].split("."))  # a native module only
                 or args[1] is not None and not resolve(args[1]).startswith(readable)):  # from the standard library's files
@@ -564,7 +565,7 @@ def _sandbox_main():
             return call("_sbx_bin", fn("xy", ast.BinOp(x, node.op, y)), node.left, node.right)
     nonce, ep, check = job.pop("nonce").encode(), job["entry_point"], job["check"]
     saved, clear, update = dict(builtins.__dict__), builtins.__dict__.clear, builtins.__dict__.update
-    def worker(nonce, go, dict=dict, type_name=type.__dict__["__name__"].__get__):
+    def worker(nonce, go, dict=dict, type=type, str=str, type_name=type.__dict__["__name__"].__get__):
         go.acquire()
         try:  # compiled before any of it runs (a syntax error in the program fails here)
             tree = ast.fix_missing_locations(Strict().visit(ast.parse(job["tests"])))

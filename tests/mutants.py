@@ -235,6 +235,8 @@ MUTANTS = [
      'event == "import" and any(unsafe(part) for part in str(args[0]).split("."))', SANDBOX_ESCAPES),
     ("native-module-from-any-file", "rewards.py", "_sandbox_main",
      "or args[1] is not None and not resolve(args[1]).startswith(readable)", "or False", SANDBOX_ESCAPES),
+    ("worker-type-a-global", "rewards.py", "_sandbox_main", "def worker(nonce, go, dict=dict, type=type, str=str,",
+     "def worker(nonce, go, dict=dict,", ids("test_rewards.py", "test_adversary_rebinds_type_for_an_impostor_key")),
     ("check-without-entry-point-accepted", "rewards.py", "bad_problem",
      "_CHECK.search(tests) and not", "False and not", REWARDS_SANDBOX),
     ("empty-io-output-accepted", "rewards.py", "bad_problem",

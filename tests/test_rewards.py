@@ -632,6 +632,35 @@ def test_adversary_loads_native_code():
     run_adversary(NATIVE_CODE.format(cffi=cffi), "assert ways")
 
 
+def test_harness_looks_up_no_global_name_once_the_program_ran():
+    """A sixth review: worker's dict comprehension looked `type` and `str` up as globals of the harness's __main__,
+    which the program can rebind, and that undid the fix for impostor keys (40 of 40 MBPP passed). A rule for the
+    whole class: no code that runs after the program (the worker, its comprehensions, the tests' comparison helpers,
+    the audit hook and its path resolver) loads a global or builtin name; all are bound before the program runs.
+    The one exception is the worker's list comprehension that compiles setup, program and tests, before any runs."""
+    import dis
+
+    def nested(code):
+        yield code
+        for c in code.co_consts:
+            if hasattr(c, "co_code"):
+                yield from nested(c)
+    main = next(c for c in nested(compile(R._HARNESS, "<harness>", "exec")) if c.co_name == "_sandbox_main")
+    after = [c for c in main.co_consts if hasattr(c, "co_code") and c.co_name in ("worker", "cmp", "arith", "plain", "hook",
+                                                                                    "resolve")]
+    assert len(after) == 6
+    loaded = {(c.co_name, i.argval) for top in after for c in nested(top) for i in dis.get_instructions(c)
+              if i.opname in ("LOAD_GLOBAL", "LOAD_NAME")}
+    assert loaded <= {("<listcomp>", "compile"), ("worker", "compile")}, loaded  # 3.12 inlines comprehensions
+
+
+IMPOSTOR_KEY_AND_TYPE = IMPOSTOR_KEY + "import sys\nsys.modules['__main__'].type = lambda o: str\n"
+
+
+def test_adversary_rebinds_type_for_an_impostor_key():
+    run_adversary(IMPOSTOR_KEY_AND_TYPE, "import math\nassert add(1, 2) == 3")
+
+
 def test_adversary_reads_parent_environment(monkeypatch):
     secret = secrets.token_hex(8)
     monkeypatch.setenv("GRPO_TEST_SECRET", secret)
