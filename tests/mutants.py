@@ -209,17 +209,14 @@ MUTANTS = [
      "if len(pred) > MAX_ANSWER_CHARS or len(gold) > MAX_ANSWER_CHARS:", "if False:", REWARDS_GAMED),
     ("tests-trust-the-programs-objects", "rewards.py", "_sandbox_main", "if plain(a) != plain(b):", "if False:", REWARDS_SANDBOX),
     ("program-shadows-builtins-in-tests", "rewards.py", "_sandbox_main",
-     "ns = {k: v for k, v in g.items() if k not in tb or k == ep}", "ns = dict(g)", REWARDS_SANDBOX),
+     "ns = {k: v for k, v in g.items() if type(k) is str and (k not in tb or k == ep)}", "ns = dict(g)", REWARDS_SANDBOX),
     ("program-redefines-setup-helpers", "rewards.py", "_sandbox_main",
      "ns.update({k: v for k, v in setup_ns.items() if k != ep}, ", "ns.update(", REWARDS_SANDBOX),
     # 2026-12-01 red-team reviews: each fix undone
     ("sandbox-reads-any-file", "rewards.py", "_sandbox_main", '(p.startswith(readable) or p == "/dev/urandom")', "True",
      SANDBOX_ESCAPES),
-    ("worker-thread-can-die", "rewards.py", "_sandbox_main",  # the old handler: by name, a repr, no finally
-     "except:  # noqa: E722 (bare: `except BaseException` looks the name up, which the program can rebind); no repr\n"
-     "            write(2, (\"harness: \" + type_name(exc_info()[0])).encode())  # of its objects: that runs its code here\n"
-     "        finally:", "except BaseException as e:\n            write(2, (\"harness: %r\" % (e,)).encode())\n"
-     "        finally:\n            pass\n        if False:", SANDBOX_ESCAPES),
+    # (no mutant for the worker's bare except + finally: with gc.set_debug gone, the old handler's escaping
+    # exception no longer reaches the token, so that mutant survives every test; the fix stays as a second wall)
     ("tests-builtins-via-global-dict", "rewards.py", "_sandbox_main", "def worker(nonce, go, dict=dict,",
      "def worker(nonce, go, _dict=dict,", SANDBOX_ESCAPES),
     ("c-file-modules-importable", "rewards.py", "_sandbox_main", '"readline", "_posixshmem", ', "", SANDBOX_ESCAPES),
@@ -228,11 +225,11 @@ MUTANTS = [
     ("marshal-load-allowed", "rewards.py", "_sandbox_main", '"marshal.loads marshal.load ', '"marshal.loads ', SANDBOX_ESCAPES),
     ("impostor-keys-reach-the-tests", "rewards.py", "_sandbox_main", "if type(k) is str and (k not in tb or k == ep)",
      "if (k not in tb or k == ep)", SANDBOX_ESCAPES),
-    ("tcl-importable", "rewards.py", "_sandbox_main", '"_curses", "_tkinter")', '"_curses")', SANDBOX_ESCAPES),
+    ("tcl-importable", "rewards.py", "_sandbox_main", '"_curses", "_tkinter", "_ssl")', '"_curses", "_ssl")', SANDBOX_ESCAPES),
     ("gc-set-debug-kept", "rewards.py", "_sandbox_main", "del gc.set_debug, _imp.create_builtin", "pass", SANDBOX_ESCAPES),
     ("import-name-via-str", "rewards.py", "_sandbox_main",
-     'event == "import" and (type(args[0]) is not str or any(unsafe(part) for part in args[0].split(".")))',
-     'event == "import" and any(unsafe(part) for part in str(args[0]).split("."))', SANDBOX_ESCAPES),
+     'type(args[0]) is not str or any(unsafe(part) for part in args[0].split("."))',
+     'any(unsafe(part) for part in str(args[0]).split("."))', SANDBOX_ESCAPES),
     ("native-module-from-any-file", "rewards.py", "_sandbox_main",
      "or args[1] is not None and not resolve(args[1]).startswith(readable)", "or False", SANDBOX_ESCAPES),
     ("worker-type-a-global", "rewards.py", "_sandbox_main", "def worker(nonce, go, dict=dict, type=type, str=str,",
