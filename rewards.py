@@ -16,7 +16,7 @@ Sandbox, per run: `python -S` in its own session, temp dir and scrubbed environm
 at the time limit. It forks: the parent keeps the caller's identity and waits; the child drops to `nobody` when
 the caller is root, sets rlimits (CPU, memory, file size, NPROC 1, no core, 64 fds), installs an audit hook refusing
 kill, process creation, ctypes, sockets, sqlite, tracing, other audit hooks, frame/gc introspection, writing outside
-its dir and reading outside it and Python's import path (so not /proc, the data's gold answers or other runs' files).
+its dir and reading outside it and the standard library (so not /proc, the data's gold answers or other runs' files).
 Its path checks resolve paths with C functions bound before the program runs (posixpath's Python functions call what
 the program can rebind) and accept exact str / bytes only. Guaranteed, each by an adversarial test:
 - The pass signal is out of reach of the program's frames: a pass needs exit 0 *and* a random nonce written to a
@@ -477,8 +477,8 @@ def _sandbox_main():
             else:  # a symbolic link: its target takes its place (from the root when absolute)
                 todo[:0], done = target.split("/"), [] if target.startswith("/") else done
         return "/".join(["", *done]) or "/"
-    work, inside = resolve(".") + "/", lambda p: (r := resolve(p)) == "/dev/null" or (r + "/").startswith(work)
-    # what the program may read outside its dir: Python's import path (no data, no other runs' files), /dev/urandom
+    work, inside = resolve(".") + "/", lambda r: r == "/dev/null" or (r + "/").startswith(work)  # r: a resolved path
+    # what the program may read outside its dir: the standard library (its import path), /dev/urandom
     readable = tuple(resolve(p) + "/" for p in sys.path if os.path.isdir(p))
     deny = frozenset("os.kill os.killpg os.fork os.forkpty os.exec os.posix_spawn os.spawn os.system subprocess.Popen "
                      "resource.prlimit sys.settrace sys.setprofile sys._current_frames sys._current_exceptions "
@@ -504,7 +504,7 @@ def _sandbox_main():
             raise (ValueError if event == "sys._getframe" else AttributeError)("sandbox: no frames")
         if event == "open" and type(args[0]) is not int:
             writes = (type(args[1]) is str and any(c in args[1] for c in "wax+")) or (args[2] or 0) & wflags
-            # inside the work dir, or reading a file (not a directory) of the import path. The directory test stats
+            # inside the work dir, or reading a file (not a directory) of the standard library. The directory test stats
             # the path as given (the resolved one may be out of nobody's reach); no such path: its OSError refuses
             # the open, which would fail too
             p = resolve(args[0])
@@ -512,7 +512,7 @@ def _sandbox_main():
                     and not S_ISDIR(stat(args[0]).st_mode)):
                 raise PermissionError("sandbox: open " + p)
         elif (n := path_events.get(event)) is not None:  # n: how many dir_fd arguments end its args
-            if any(type(a) not in not_paths and not inside(a) for a in args) or \
+            if any(type(a) not in not_paths and not inside(resolve(a)) for a in args) or \
                     any(a not in (None, -1) for a in args[len(args) - n:] if n):
                 raise PermissionError("sandbox: " + event)
     if job["mode"] == "io":                               # a script: SystemExit ends it as usual

@@ -372,7 +372,20 @@ for act in (lambda: open({loose!r}, "w").write("x"), lambda: open("/proc/self/st
 """
 
 
-def test_adversary_patches_the_path_checks():
+@pytest.fixture
+def gold_and_loose():
+    """A world-readable data file outside the sandbox (like ../shared/data/mbpp/mbpp.jsonl) and a path in /tmp
+    that a program must not create."""
+    gold_dir = Path(tempfile.mkdtemp(dir="/tmp", prefix="grpo-gold-"))
+    os.chmod(gold_dir, 0o755)
+    (gold := gold_dir / "mbpp.jsonl").write_text('{"code": "def f(): return 42"}')
+    loose = Path("/tmp") / f"grpo-planted-{secrets.token_hex(4)}"
+    yield gold, loose
+    shutil.rmtree(gold_dir)
+    assert not any(Path("/tmp").glob(loose.name + "*")), "a sandboxed program wrote outside its dir"
+
+
+def test_adversary_patches_the_path_checks(gold_and_loose):
     """Red team, fifth session: the audit hook's path checks called posixpath's Python functions, which look up
     names the program can rebind (abspath, _joinrealpath, os.fspath): every path then looked inside the work dir
     (writes anywhere; as non-root, /proc/self/mem and the pass token). A str subclass could also answer the
@@ -381,17 +394,10 @@ def test_adversary_patches_the_path_checks():
     before the program runs, only exact str / bytes are accepted, and reads outside the work dir are limited to
     Python's import path. A second review read the data through readline's history file and wrote through shared
     memory (files opened in C, no audit event): those modules cannot be imported."""
-    gold_dir = Path(tempfile.mkdtemp(dir="/tmp", prefix="grpo-gold-"))  # world-readable, like ../shared/data
-    gold, loose = gold_dir / "mbpp.jsonl", Path("/tmp") / f"grpo-planted-{secrets.token_hex(4)}"
-    try:
-        os.chmod(gold_dir, 0o755)
-        gold.write_text('{"code": "def f(): return 42"}')
-        run_adversary(PATCHED_PATH_CHECKS.format(loose=str(loose), gold=str(gold), gold_dir=str(gold_dir),
-                                                 shm="/" + loose.name), "assert done")
-        assert gold.exists() and not any(Path("/tmp").glob(loose.name + "*"))
-        assert not Path("/dev/shm", loose.name).exists()
-    finally:
-        shutil.rmtree(gold_dir)
+    gold, loose = gold_and_loose
+    run_adversary(PATCHED_PATH_CHECKS.format(loose=str(loose), gold=str(gold), gold_dir=str(gold.parent),
+                                             shm="/" + loose.name), "assert done")
+    assert gold.exists() and not Path("/dev/shm", loose.name).exists()
 
 
 # the red team's completion: an exception whose repr raises escaped the harness's except clause and killed its
@@ -488,6 +494,15 @@ def test_adversary_escapes_the_harness_thread(program):
 # name's slot in the tests' namespace: 160 of 164 HumanEval passed); bytecode built by marshal.load (not denied,
 # unlike marshal.loads) read its own frame and walked f_back to the token (every problem passed; CPython 3.11's
 # layout); Tcl's open / read, which raise no audit event, read the gold data
+# from a frame `f`, up its f_back chain to a local named nonce (the pass token), written to the result pipe
+WALK_TO_THE_TOKEN = """
+while f is not None:
+    v = f.f_locals.get("nonce")
+    if type(v) is bytes and len(v) == 32:
+        os.write(int(sys.argv[2]), v)
+        os._exit(0)
+    f = f.f_back
+"""
 IMPOSTOR_KEY = """
 class K:
     n = 0
@@ -514,14 +529,8 @@ _c = _me.__code__.co_code
 _i = _c.rindex(bytes([100, 0, 125, 0, 124, 0, 125, 0, 124, 0]))
 _n = _c[:_i] + bytes([9, 0, 144, 255, 144, 255, 144, 255, 124, 252]) + _c[_i + 10:]
 _me.__code__ = marshal.load(io.BytesIO(marshal.dumps(_me.__code__).replace(_c, _n)))
-_f = _me()
-while _f is not None:
-    _v = _f.f_locals.get("nonce")
-    if type(_v) is bytes and len(_v) == 32:
-        os.write(int(sys.argv[2]), _v)
-        os._exit(0)
-    _f = _f.f_back
-"""
+f = _me()
+""" + WALK_TO_THE_TOKEN
 TCL_FILES = """
 import tkinter
 tcl = tkinter.Tcl()
@@ -535,16 +544,10 @@ def test_adversary_third_review(program):
     run_adversary(program, "import math\nassert add(1, 2) == 3")
 
 
-def test_adversary_reads_and_writes_files_through_tcl():
-    gold_dir = Path(tempfile.mkdtemp(dir="/tmp", prefix="grpo-gold-"))
-    gold, loose = gold_dir / "mbpp.jsonl", Path("/tmp") / f"grpo-planted-{secrets.token_hex(4)}"
-    try:
-        os.chmod(gold_dir, 0o755)
-        gold.write_text("x")
-        run_adversary(TCL_FILES.format(gold=gold, loose=loose), "assert True")
-        assert not loose.exists()
-    finally:
-        shutil.rmtree(gold_dir)
+def test_adversary_reads_and_writes_files_through_tcl(gold_and_loose):
+    gold, loose = gold_and_loose
+    run_adversary(TCL_FILES.format(gold=gold, loose=loose), "assert True")
+    assert not loose.exists()
 
 
 # ... a fourth review: gc.set_debug(DEBUG_SAVEALL) kept the program's own dead frame (in a reference cycle) in
@@ -560,15 +563,8 @@ def _grab():
 _grab()
 gc.set_debug(gc.DEBUG_SAVEALL)
 gc.collect()
-for o in gc.garbage:
-    f = o if type(o).__name__ == "frame" else None
-    while f is not None:
-        v = f.f_locals.get("nonce")
-        if type(v) is bytes and len(v) == 32:
-            os.write(int(sys.argv[2]), v)
-            os._exit(0)
-        f = f.f_back
-"""
+f = next((o for o in gc.garbage if type(o).__name__ == "frame"), None)  # _grab's frame
+""" + WALK_TO_THE_TOKEN
 STR_SUBCLASS_IMPORT = """
 import sys, os, _imp, importlib.machinery
 class S(str):
