@@ -252,13 +252,14 @@ def draw_fused(logits, temperature, seed):
 
 @torch.no_grad()
 def sample_fast(model, prompts, n=1, max_new_tokens=256, temperature=1.0, stop_ids=(), pad_id=0, generator=None,
-                min_new_tokens=0, cuda_graph=None, check_every=32, bucket=128, prefill_tokens=2**17, tail_rows=64):
+                min_new_tokens=0, cuda_graph=None, check_every=32, bucket=128, prefill_tokens=2**17, tail_slots=2**16):
     """`sample` for the GPU (same arguments and result, no top-k / top-p). cuda_graph defaults to
     True on CUDA; False runs the same code eagerly (how the CPU tests check it). Every
     `check_every` tokens the host looks once at how many rows are done: it stops when all are, and
     compacts the batch (a new graph for the smaller batch) when at most half are still running.
     Attention reads the cache up to the next multiple of `bucket` slots (a new graph per bucket), or all
-    of it once at most `tail_rows` rows are left (few rows read little: no more graphs for new buckets).
+    of it once the running rows' whole cache is at most `tail_slots` slots (reading it costs little then,
+    and no more graphs are captured for new buckets).
     The prefill runs right-padded with no mask, in row chunks of at most `prefill_tokens` padded tokens."""
     device = next(model.parameters()).device
     cuda_graph = device.type == "cuda" if cuda_graph is None else cuda_graph
@@ -331,11 +332,11 @@ def sample_fast(model, prompts, n=1, max_new_tokens=256, temperature=1.0, stop_i
             mask[:b, 0, 0, Lp + t] = True
             pos_in[:b] += 1
             cache.pos.fill_(Lp + t)
-            # the new token's slot is past the attended window: grow it, with at least check_every slots ahead (else
-            # a second capture can follow the first at once); with few rows left, the whole cache (one last capture)
-            if Lp + t + 1 > cache.length or (graph is None and b <= tail_rows):
-                full = cache.k[0].shape[2]
-                cache.length = full if b <= tail_rows else min(full, (Lp + t + check_every + bucket) // bucket * bucket)
+            # attend to the running rows' whole cache once it is small (one last capture), else grow the window when
+            # the new token's slot is past it, with >= check_every slots ahead (no second capture right after the first)
+            tail = b * (full := Lp + max_new_tokens) <= tail_slots
+            if Lp + t + 1 > cache.length or (graph is None and tail):
+                cache.length = full if tail else min(full, (Lp + t + check_every + bucket) // bucket * bucket)
                 graph = None
             if not cuda_graph:
                 logits = step_fn()

@@ -157,13 +157,13 @@ def test_fast_path_matches_simple_path_greedy_with_compaction(tiny, fused):
     eos = sorted(set(stop_ids(model, tok)) | {125})
     ref = sample(model, prompts(tok), n=2, max_new_tokens=30, temperature=0, stop_ids=eos,
                  pad_id=tok.pad_token_id)
-    # check_every=4: the host looks every 4 tokens, so finished rows are compacted away mid-way; tail_rows 0:
-    # windows grown bucket by bucket to the end, 4: the whole cache once at most 4 rows are left
-    for tail_rows in (0, 4):
+    # check_every=4: the host looks every 4 tokens, so finished rows are compacted away mid-way; tail_slots 0:
+    # windows grown bucket by bucket to the end, else the whole cache once at most 4 rows are left
+    for tail_slots in (0, 4 * (max(map(len, prompts(tok))) + 30)):
         with fused_layers(model) if fused else contextlib.nullcontext():
             fast = sample_fast(model, prompts(tok), n=2, max_new_tokens=30, temperature=0, stop_ids=eos,
                                pad_id=tok.pad_token_id, cuda_graph=False, check_every=4, bucket=8,
-                               prefill_tokens=4 * 40, tail_rows=tail_rows)  # prefill in chunks of ~4 rows
+                               prefill_tokens=4 * 40, tail_slots=tail_slots)  # prefill in chunks of ~4 rows
         assert [c.tokens for c in fast] == [c.tokens for c in ref]
         assert [c.finish for c in fast] == [c.finish for c in ref]
         for a, b in zip(fast, ref):
@@ -199,12 +199,12 @@ def test_fast_path_with_cuda_graph_matches_simple_path_on_gpu():
                  pad_id=tok.pad_token_id, fast=False)
     # small buckets and frequent checks: several graphs (new lengths, compacted batches) per call
     from bench.sampler import fused_layers
-    # fused True: bench/sampler.py's contender; tail_rows 0: a new graph per bucket to the end
-    for fused, tail_rows in ((False, 0), (False, 16), (True, 16)):
+    # fused True: bench/sampler.py's contender; tail_slots 0: a new graph per bucket to the end
+    for fused, tail_slots in ((False, 0), (False, 2**12), (True, 2**12)):
         with fused_layers(model) if fused else contextlib.nullcontext():
             fast = sample_fast(model, ps, n=2, max_new_tokens=40, temperature=0, stop_ids=eos,
-                               pad_id=tok.pad_token_id, check_every=4, bucket=16, tail_rows=tail_rows)
-        assert [c.tokens for c in fast] == [c.tokens for c in ref], (fused, tail_rows)
+                               pad_id=tok.pad_token_id, check_every=4, bucket=16, tail_slots=tail_slots)
+        assert [c.tokens for c in fast] == [c.tokens for c in ref], (fused, tail_slots)
         for a, b in zip(fast, ref):
             torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-4, rtol=0)
 
