@@ -102,9 +102,6 @@ class LoRALinear(nn.Module):
         W = self.base.weight
         return (W.float() + self.lora_B[name].float() @ self.lora_A[name].float() * self.scaling(name)).to(W.dtype)
 
-    def extra_repr(self) -> str:
-        return f"adapters={list(self.adapters)}, active={self.active!r}"
-
 
 # ----------------------------------------------------------------------------- finding layers
 

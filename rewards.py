@@ -15,13 +15,16 @@ a total time budget. Everything fails closed (scores 0).
 Sandbox, per run: `python -S` in its own session, temp dir and scrubbed environment, killed with its process group
 at the time limit. It forks: the parent keeps the caller's identity and waits; the child drops to `nobody` when
 the caller is root, sets rlimits (CPU, memory, file size, NPROC 1, no core, 64 fds), installs an audit hook refusing
-kill, process creation, ctypes, sockets, tracing, other audit hooks, frame/gc introspection, reading /proc and
-writing outside its dir. Guaranteed, each by an adversarial test:
+kill, process creation, ctypes, sockets, sqlite, tracing, other audit hooks, frame/gc introspection, writing outside
+its dir and reading outside it and Python's import path (so not /proc, the data's gold answers or other runs' files).
+Its path checks resolve paths with C functions bound before the program runs (posixpath's Python functions call what
+the program can rebind) and accept exact str / bytes only. Guaranteed, each by an adversarial test:
 - The pass signal is out of reach of the program's frames: a pass needs exit 0 *and* a random nonce written to a
   private pipe after every test ran, and the nonce is only a local of the thread that runs setup, program and tests.
   That thread is not the main one, so Python refuses it signal handlers (whose frame argument led back to the
-  harness); frames are refused otherwise (sys._getframe, tracebacks' and generators' frames, tracing,
-  sys.monitoring removed). The routes to the process's memory are refused too: ctypes is never loaded and cannot
+  harness), and it never ends with an exception (whose traceback held its frame: a bare except, then os._exit, and
+  nothing of the program's, not even its exception's repr, runs there); frames are refused otherwise
+  (sys._getframe, tracebacks' and generators' frames, tracing, sys.monitoring removed). The routes to the process's memory are refused too: ctypes is never loaded and cannot
   be imported (nor _testcapi), /proc and directories outside the work dir cannot be opened (a relative path under
   such a directory's fd escapes path checks), code objects cannot be built or unmarshalled (crafted bytecode).
 - The tests do not trust the program's objects: their comparisons and arithmetic are rewritten (ast) to refuse a
@@ -38,8 +41,8 @@ NOT protected against (run large-scale untrusted code in a container or VM):
 - Wrong-but-passing answers the tests cannot see: special-casing the (often visible) tests, monkeypatching a module
   the tests import (math.fabs in HumanEval/32), comparisons between two untrusted objects (the program's own).
 - As non-root the program runs as you, behind only the audit hook, which can be evaded (os.pidfd_open +
-  signal.pidfd_send_signal are not audited); as root, `nobody` can still read world-readable files and signal
-  other `nobody` processes.
+  signal.pidfd_send_signal are not audited); as root, `nobody` can still signal other `nobody` processes. A file
+  opened by C code without an audit event is not checked; directories outside can be listed (names, not contents).
 - Network is refused only by the audit hook (no namespace); disk use is bounded per file only.
 Cost of the memory guards: a program importing numpy fails (numpy imports ctypes).
 Needs Linux >= 5.3 (pidfd) and sympy (a dependency of torch).
@@ -407,7 +410,7 @@ class ExecResult:
 # and it runs in a second thread, where Python refuses to install signal handlers (a handler's frame argument
 # would lead back to these frames); frames are otherwise refused by the audit hook.
 def _sandbox_main():
-    import _collections, _thread, ast, builtins, collections, json, os, resource, sys  # never ctypes: see below
+    import _collections, _stat, _thread, ast, builtins, collections, json, os, resource, sys  # never ctypes: see below
     job_path, result_fd = sys.argv[1], int(sys.argv[2])
     with open(job_path) as f:
         job = json.load(f)
@@ -439,20 +442,42 @@ def _sandbox_main():
         sys.pycache_prefix = work + "no-pycache"
         sys.addaudithook(hook)
         vars(sys).pop("monitoring", None)
-    work, realpath, fsdecode, write, exit_, run, isdir = (os.path.realpath(".") + os.sep, os.path.realpath,
-                                                          os.fsdecode, os.write, os._exit, exec, os.path.isdir)
+    write, exit_, run, stat, readlink, getcwd, exc_info = os.write, os._exit, exec, os.stat, os.readlink, os.getcwd, sys.exc_info
+    def resolve(p, type=type, str=str, bytes=bytes, OSError=OSError, PermissionError=PermissionError):
+        # os.path.realpath from C functions bound now: posixpath's are Python and call what the program can patch.
+        # An exact str or bytes only: a PathLike or a str subclass could answer this check and the call differently
+        p = p.decode("utf-8", "surrogateescape") if type(p) is bytes else p
+        # '..' in a relative path: resolved here against the cwd, by the call maybe against a dir_fd (an open event
+        # does not show it)
+        if type(p) is not str or not p.startswith("/") and ".." in p.split("/"):
+            raise PermissionError("sandbox: a path that is not a str or bytes, or a relative one with '..'")
+        # (a symbolic link loop would run to the time limit and fail: none can be made, os.symlink is refused)
+        todo, done = (p if p.startswith("/") else getcwd() + "/" + p).split("/"), []
+        while todo:
+            part = todo.pop(0)
+            if part in ("", ".", ".."):
+                done = done[:-1] if part == ".." else done
+                continue
+            try:
+                target = readlink("/".join(["", *done, part]))
+            except OSError:  # not a symbolic link (or no such path)
+                done.append(part)
+            else:  # a symbolic link: its target takes its place (from the root when absolute)
+                todo[:0], done = target.split("/"), [] if target.startswith("/") else done
+        return "/".join(["", *done]) or "/"
+    work, inside = resolve(".") + "/", lambda p: (r := resolve(p)) == "/dev/null" or (r + "/").startswith(work)
+    # what the program may read outside its dir: Python's import path (no data, no other runs' files), /dev/urandom
+    readable = tuple(resolve(p) + "/" for p in sys.path if os.path.isdir(p))
     deny = frozenset("os.kill os.killpg os.fork os.forkpty os.exec os.posix_spawn os.spawn os.system subprocess.Popen "
-                     "resource.prlimit sys.settrace sys.setprofile sys._current_frames sys._current_exceptions os.symlink "
-                     "sys.addaudithook gc.get_objects gc.get_referrers gc.get_referents code.__new__ marshal.loads".split())
+                     "resource.prlimit sys.settrace sys.setprofile sys._current_frames sys._current_exceptions "
+                     "os.symlink sys.addaudithook gc.get_objects gc.get_referrers gc.get_referents code.__new__ "
+                     "marshal.loads sqlite3.connect".split())
     # memory access (ctypes, the test modules) or interpreters without this hook (_xxsubinterpreters, _interpreters)
     unsafe = lambda part: part == "ctypes" or part.startswith(("_ctypes", "_test", "_xx", "_interp"))
     path_events = {"os.remove": 1, "os.rmdir": 1, "os.mkdir": 1, "os.chmod": 1, "os.chown": 1, "os.utime": 1,
                    "os.rename": 2, "os.link": 2, "os.truncate": 0, "shutil.rmtree": 1}
-    wflags = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
-    def inside(p, sep=os.sep):
-        p = realpath(fsdecode(p))
-        return (p + sep).startswith(work) or p == "/dev/null"
-    def hook(event, args, isinstance=isinstance, any=any, str=str, int=int, len=len, paths=(str, bytes, os.PathLike)):
+    wflags, not_paths = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC, (int, tuple, type(None))
+    def hook(event, args, any=any, str=str, int=int, len=len, type=type, PermissionError=PermissionError, S_ISDIR=_stat.S_ISDIR):
         if event in deny or event.startswith(("ctypes.", "socket.")) or \
                 event == "import" and any(unsafe(part) for part in str(args[0]).split(".")):  # x._ctypes too
             raise PermissionError("sandbox: " + event)
@@ -460,15 +485,18 @@ def _sandbox_main():
                                                                                    "ag_frame"):
             # ValueError for sys._getframe: namedtuple, typing and enum tolerate it there
             raise (ValueError if event == "sys._getframe" else AttributeError)("sandbox: no frames")
-        if event == "open" and not isinstance(args[0], int):
-            writes = (isinstance(args[1], str) and any(c in args[1] for c in "wax+")) or (args[2] or 0) & wflags
-            p = fsdecode(args[0])  # no /proc, no directory outside the work dir, no ".." in a relative path (which
-            if (not p.startswith("/") and ".." in p.split("/") or (realpath(p) + "/").startswith("/proc/")  # is resolved
-                    or (writes or isdir(p)) and not inside(p)):  # here against the cwd, not against its dir_fd)
-                raise PermissionError("sandbox: open " + str(args[0]))
+        if event == "open" and type(args[0]) is not int:
+            writes = (type(args[1]) is str and any(c in args[1] for c in "wax+")) or (args[2] or 0) & wflags
+            # inside the work dir, or reading a file (not a directory) of the import path. The directory test stats
+            # the path as given (the resolved one may be out of nobody's reach); no such path: its OSError refuses
+            # the open, which would fail too
+            p = resolve(args[0])
+            if not (inside(p) or not writes and (p.startswith(readable) or p == "/dev/urandom")
+                    and not S_ISDIR(stat(args[0]).st_mode)):
+                raise PermissionError("sandbox: open " + p)
         elif event in path_events:
             n = path_events[event]
-            if any(isinstance(a, paths) and not inside(a) for a in args) or \
+            if any(type(a) not in not_paths and not inside(a) for a in args) or \
                     any(a not in (None, -1) for a in args[len(args) - n:] if n):
                 raise PermissionError("sandbox: " + event)
     if job["mode"] == "io":                               # a script: SystemExit ends it as usual
@@ -521,7 +549,7 @@ def _sandbox_main():
             return call("_sbx_bin", fn("xy", ast.BinOp(x, node.op, y)), node.left, node.right)
     nonce, ep, check = job.pop("nonce").encode(), job["entry_point"], job["check"]
     saved, clear, update = dict(builtins.__dict__), builtins.__dict__.clear, builtins.__dict__.update
-    def worker(nonce, go):
+    def worker(nonce, go, dict=dict, type_name=type.__dict__["__name__"].__get__):
         go.acquire()
         try:  # compiled before any of it runs (a syntax error in the program fails here)
             tree = ast.fix_missing_locations(Strict().visit(ast.parse(job["tests"])))
@@ -540,11 +568,12 @@ def _sandbox_main():
             run(codes[2], ns)
             if check:
                 ns["check"](ns[ep])
-        except BaseException as e:
-            write(2, ("harness: %r" % (e,))[:2000].encode("utf-8", "replace"))
+            write(result_fd, nonce)
+            exit_(0)
+        except:  # noqa: E722 (bare: `except BaseException` looks the name up, which the program can rebind); no repr
+            write(2, ("harness: " + type_name(exc_info()[0])).encode())  # of its objects: that runs its code here
+        finally:  # this thread never ends with an exception: its frame (and the nonce) would reach the program
             exit_(1)
-        write(result_fd, nonce)
-        exit_(0)
     go, wait = _thread.allocate_lock(), _thread.allocate_lock()
     go.acquire(); wait.acquire()
     _thread.start_new_thread(worker, (nonce, go))  # not threading.Thread: its object would hold the arguments

@@ -53,12 +53,10 @@ def cache_kw(model):
 def left_pad(prompts, pad_id, device):
     """(ids, mask, positions), each (B, L): prompts right-aligned, positions counted from each
     row's first real token so a padded row sees the same positions as it would alone."""
+    if not all(prompts):
+        raise ValueError("empty prompt: every prompt needs at least one token")
     L = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), L), pad_id, dtype=torch.long)
-    for i, p in enumerate(prompts):
-        if len(p) == 0:
-            raise ValueError("empty prompt: every prompt needs at least one token")
-        ids[i, L - len(p):] = torch.tensor(p)
+    ids = torch.tensor([[pad_id] * (L - len(p)) + list(p) for p in prompts], dtype=torch.long)
     mask = (torch.arange(L) >= L - torch.tensor([len(p) for p in prompts])[:, None]).long()
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     return ids.to(device), mask.to(device), positions.to(device)
@@ -99,8 +97,7 @@ def sample(model, prompts, n=1, max_new_tokens=256, temperature=1.0, top_p=1.0, 
         layer_types = getattr(model.config.get_text_config(), "layer_types", None) or ["full_attention"]
         fast = device.type == "cuda" and top_p >= 1.0 and not top_k and set(layer_types) == {"full_attention"}
     if fast:
-        return sample_fast(model, prompts, n, max_new_tokens, temperature, stop_ids, pad_id, generator,
-                           min_new_tokens)
+        return sample_fast(model, prompts, n, max_new_tokens, temperature, stop_ids, pad_id, generator, min_new_tokens)
     if not (rows := [p for p in prompts for _ in range(n)]):
         return []
     ids, mask, positions = left_pad(rows, pad_id, device)  # raises on an empty prompt

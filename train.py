@@ -66,7 +66,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -671,10 +671,9 @@ def run_folder(p, argv, args):
     before its first checkpoint has nothing to continue: it starts over from step 0 (run says so), with
     its saved settings under --resume, else with the flags given."""
     out = args.out or p.error("--resume needs --out DIR (the run to continue)")
-    try:
+    config = None
+    with suppress(OSError, ValueError):  # no config.json, or not JSON: not a run of train.py
         config = json.loads(Path(out, "config.json").read_text())
-    except (OSError, ValueError):
-        config = None
     ours = isinstance(config, dict) and {"workflow", "policy", "model_used"} <= config.keys()
     if not ours and os.path.exists(out) and not (os.path.isdir(out) and not os.listdir(out)):
         p.error(f"--out {out} is {'a file' if os.path.isfile(out) else 'a folder of something else'}: not a run of "

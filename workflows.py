@@ -243,10 +243,11 @@ def _stage(policy, role, episodes, jobs):
     return out
 
 
-def _history(attempts, reviews):
-    """Attempt 1, Review of attempt 1, Attempt 2, ...: what the evaluator and a retry see."""
-    return "\n\n".join(part for k, a in enumerate(attempts, 1)
-                       for part in [ATTEMPT.format(k=k, text=a)] + [REVIEW.format(k=k, text=r) for r in reviews[k - 1:k]])
+def _history(ep):
+    """Attempt 1, Review of attempt 1, Attempt 2, ...: an Eval-Opt episode's turns so far, as the evaluator
+    and a retry see them. They alternate, generator then evaluator, so turn n is of attempt n // 2 + 1."""
+    return "\n\n".join((ATTEMPT if t.role == "generator" else REVIEW).format(k=n // 2 + 1, text=t.text)
+                       for n, t in enumerate(ep.turns))
 
 
 # ----------------------------------------------------------------------------- diagnostics helpers
@@ -283,45 +284,45 @@ RIGHT_VERDICTS = ("approved_right", "rejected_wrong")
 
 # ----------------------------------------------------------------------------- workflows
 # Each workflow: its function, which fills episode.turns, .final and .facts (`tasks[i]` picks episode i's
-# prompts); its stats(episodes, task) -> (train.py's metrics["workflow"], eval.py's diagnostic sections);
-# its headline(sections) for eval.py's tables (sections may come from older eval.jsonl records); its
-# entry in WORKFLOWS.
+# prompts, `_prompt` fills one in); its stats(episodes, task) -> (train.py's metrics["workflow"], eval.py's
+# diagnostic sections); its headline(sections) for eval.py's tables (sections may come from older eval.jsonl
+# records); its entry in WORKFLOWS.
+
+def _prompt(tasks, probs, i, key, **fields):
+    """Episode i's prompt: PROMPTS[its task][key] for its problem, with the other fields filled in."""
+    return PROMPTS[tasks[i]][key].format(problem=probs[i]["prompt"], **fields)
+
 
 def _single(eps, probs, tasks, policy, **_):
-    jobs = [(i, "generator", PROMPTS[tasks[i]]["generator"].format(problem=p["prompt"])) for i, p in enumerate(probs)]
+    jobs = [(i, "generator", _prompt(tasks, probs, i, "generator")) for i in range(len(eps))]
     for i, t in _stage(policy, "generator", eps, jobs):
         eps[i].final = t.text
 
 
 def _evalopt(eps, probs, tasks, policy, rounds=None, **_):
     limit = [rounds or DEFAULT_ROUNDS[task] for task in tasks]
-    attempts, reviews = [[] for _ in eps], [[] for _ in eps]
     for ep in eps:
-        ep.facts.update(verdicts=[], stopped="prompt_too_long")
+        ep.facts.update(verdicts=[], stopped="prompt_too_long", rounds=0, retried=False)
     active = list(range(len(eps)))
     for r in range(max(limit, default=0)):
-        jobs = [(i, "generator", PROMPTS[tasks[i]]["retry" if r else "generator"].format(
-            problem=probs[i]["prompt"], history=_history(attempts[i], reviews[i]))) for i in active]
+        jobs = [(i, "generator", _prompt(tasks, probs, i, "retry" if r else "generator", history=_history(eps[i])))
+                for i in active]
         active = []  # a too-long retry ends the episode with its previous attempt as final
         for i, t in _stage(policy, "generator", eps, jobs):
-            attempts[i].append(t.text)
             eps[i].final = t.text
+            eps[i].facts.update(rounds=r + 1, retried=r > 0)  # active in round r: it made every earlier attempt
             active.append(i)
-        jobs = [(i, "evaluator", PROMPTS[tasks[i]]["evaluator"].format(
-            problem=probs[i]["prompt"], history=_history(attempts[i], reviews[i]))) for i in active]
+        jobs = [(i, "evaluator", _prompt(tasks, probs, i, "evaluator", history=_history(eps[i]))) for i in active]
         active = []
         for i, t in _stage(policy, "evaluator", eps, jobs):
             verdict = parse_verdict(t.text)
             eps[i].facts["verdicts"].append(verdict)
-            reviews[i].append(t.text)
             if verdict == "Correct":
                 eps[i].facts["stopped"] = "approved"
             elif r + 1 >= limit[i]:
                 eps[i].facts["stopped"] = "round_limit"
             else:  # Incorrect or unparseable: retry
                 active.append(i)
-    for i, ep in enumerate(eps):
-        ep.facts.update(rounds=len(attempts[i]), retried=len(attempts[i]) > 1)
 
 
 def _evalopt_stats(episodes, task):
@@ -363,13 +364,11 @@ def _answers(policy, role, eps, jobs, count_key):
 def _compare_jobs(role, probs, tasks, texts):
     """The aggregator's / synthesizer's jobs: the problem and an episode's numbered solutions."""
     numbered = lambda ts: "\n\n".join(SOLUTION.format(k=k, text=t) for k, t in enumerate(ts, 1))
-    return [(i, role, PROMPTS[tasks[i]][role].format(problem=probs[i]["prompt"], solutions=numbered(ts),
-                                                     n=len(ts))) for i, ts in enumerate(texts) if ts]
+    return [(i, role, _prompt(tasks, probs, i, role, solutions=numbered(ts), n=len(ts))) for i, ts in enumerate(texts) if ts]
 
 
 def _voting(eps, probs, tasks, policy, n_voters=3, **_):
-    jobs = [(i, f"generator{k}", PROMPTS[tasks[i]]["generator"].format(problem=p["prompt"]))
-            for i, p in enumerate(probs) for k in range(n_voters)]
+    jobs = [(i, f"generator{k}", _prompt(tasks, probs, i, "generator")) for i in range(len(eps)) for k in range(n_voters)]
     candidates = _answers(policy, "generator", eps, jobs, "n_candidates")
     for i, t in _stage(policy, "aggregator", eps, _compare_jobs("aggregator", probs, tasks, candidates)):
         choice, how = parse_choice(t.text, len(candidates[i]))
@@ -396,16 +395,14 @@ def _voting_headline(d):
 
 
 def _orchworkers(eps, probs, tasks, policy, max_strategies=3, **_):
-    jobs = [(i, "orchestrator", PROMPTS[tasks[i]]["orchestrator"].format(problem=p["prompt"], k=max_strategies))
-            for i, p in enumerate(probs)]
+    jobs = [(i, "orchestrator", _prompt(tasks, probs, i, "orchestrator", k=max_strategies)) for i in range(len(eps))]
     strategies = [[] for _ in eps]
     for ep in eps:
         ep.facts["n_strategies"] = 0
     for i, t in _stage(policy, "orchestrator", eps, jobs):
         strategies[i], how = parse_strategies(t.text, max_strategies)
         eps[i].facts.update(n_strategies=len(strategies[i]), strategy_parse=how)
-    jobs = [(i, "worker", PROMPTS[tasks[i]]["worker"].format(problem=probs[i]["prompt"], strategy=s))
-            for i in range(len(eps)) for s in strategies[i]]
+    jobs = [(i, "worker", _prompt(tasks, probs, i, "worker", strategy=s)) for i in range(len(eps)) for s in strategies[i]]
     solutions = _answers(policy, "worker", eps, jobs, "n_workers")
     for i, t in _stage(policy, "synthesizer", eps, _compare_jobs("synthesizer", probs, tasks, solutions)):
         eps[i].final = t.text

@@ -8,7 +8,9 @@ import json
 import os
 import re
 import secrets
+import shutil
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -342,6 +344,105 @@ def test_adversary_files_outside_its_directory(tmp_path):
                   f"            lambda: os.rename({str(victim)!r}, 'stolen.txt')):\n"
                   f"    try:\n        act()\n        done += 1\n    except Exception:\n        pass", "assert done > 0")
     assert victim.read_text() == "keep me" and not planted.exists() and not loose.exists()
+
+
+PATCHED_PATH_CHECKS = """
+import os, posixpath
+done = []
+class Sneaky(str):  # a str subclass whose methods lie to a check written in Python
+    startswith = split = lambda self, *a: True
+inside = lambda p, *a, **k: os.getcwd()
+for patch in (lambda: setattr(posixpath, "abspath", inside), lambda: setattr(posixpath, "realpath", inside),
+              lambda: setattr(posixpath, "_joinrealpath", lambda *a: (os.getcwd(), True)),
+              lambda: setattr(os, "fspath", inside), lambda: setattr(os, "fsdecode", inside),
+              lambda: setattr(posixpath, "isdir", lambda p: False)):
+    patch()
+for act in (lambda: open({loose!r}, "w").write("x"), lambda: open("/proc/self/status").read(),
+            lambda: open({gold!r}).read(), lambda: open(Sneaky({loose!r} + "-sub"), "w").write("x"),
+            lambda: os.listdir(os.open({gold_dir!r}, 0)), lambda: os.remove(Sneaky({gold!r})),
+            lambda: __import__("sqlite3").connect({gold!r})):  # sqlite opens files in C
+    try:
+        act()
+        done.append(act)
+    except Exception:
+        pass
+"""
+
+
+def test_adversary_patches_the_path_checks():
+    """Red team, fifth session: the audit hook's path checks called posixpath's Python functions, which look up
+    names the program can rebind (abspath, _joinrealpath, os.fspath): every path then looked inside the work dir
+    (writes anywhere; as non-root, /proc/self/mem and the pass token). A str subclass could also answer the
+    check one way and the call another. And any world-readable file could be read: the gold answers
+    of MBPP / HumanEval in the data folder passed every problem. Now paths are resolved with C functions bound
+    before the program runs, only exact str / bytes are accepted, and reads outside the work dir are limited to
+    Python's import path."""
+    gold_dir = Path(tempfile.mkdtemp(dir="/tmp", prefix="grpo-gold-"))  # world-readable, like ../shared/data
+    gold, loose = gold_dir / "mbpp.jsonl", Path("/tmp") / f"grpo-planted-{secrets.token_hex(4)}"
+    try:
+        os.chmod(gold_dir, 0o755)
+        gold.write_text('{"code": "def f(): return 42"}')
+        run_adversary(PATCHED_PATH_CHECKS.format(loose=str(loose), gold=str(gold), gold_dir=str(gold_dir)),
+                      "assert done")
+        assert gold.exists() and not any(Path("/tmp").glob(loose.name + "*"))
+    finally:
+        shutil.rmtree(gold_dir)
+
+
+# the red team's completion: an exception whose repr raises escaped the harness's except clause and killed its
+# thread; sys.unraisablehook got the traceback, a reference cycle made the thread's frame garbage, and
+# gc.DEBUG_SAVEALL handed it over with the pass token among its locals (1138 of 1138 MBPP + HumanEval passed)
+ESCAPING_EXCEPTION = """
+import gc, os, sys, _thread
+G = globals()
+F = {"gc": gc, "os": os, "fd": int(sys.argv[2])}
+exec('''
+class Reaper:
+    def __del__(self):
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        gc.collect()
+        for o in gc.garbage:
+            if type(o).__name__ == "frame" and type(o.f_locals.get("nonce")) is bytes:
+                os.write(fd, o.f_locals["nonce"])
+                os._exit(0)
+''', F)
+_tls = _thread._local()
+_tls.r = F["Reaper"]()
+def _hook(u):
+    G["keep"] = u.exc_traceback
+    sys.unraisablehook = sys.__unraisablehook__
+sys.unraisablehook = _hook
+class Boom(Exception):
+    def __repr__(self):
+        raise Boom()
+raise Boom()
+"""
+
+# ... and one that rebinds names the harness looked up after the program ran: `dict` (the tests' builtins were
+# built with it: a fake __import__ then reached the tests' globals and made every comparison true) and
+# `BaseException` (the except clause then caught nothing)
+HIJACKED_HARNESS_NAMES = """
+import __main__, builtins
+_d = dict
+def _imp(name, g=None, *a, _real=builtins.__import__):
+    if type(g) is _d and "_sbx_cmp" in g:
+        g["_sbx_cmp"] = lambda ops, *thunks: True
+    return _real(name, g, *a)
+def _dict(*a, **k):
+    t = _d(*a, **k)
+    if a and type(a[0]) is _d and "__build_class__" in a[0]:
+        t["__import__"] = _imp
+    return t
+__main__.dict = _dict
+__main__.BaseException = ()
+def add(x, y):
+    return 0
+"""
+
+
+@pytest.mark.parametrize("program", [ESCAPING_EXCEPTION, HIJACKED_HARNESS_NAMES], ids=["escaping-exception", "names"])
+def test_adversary_escapes_the_harness_thread(program):
+    run_adversary(program, "import math\nassert add(1, 2) == 3")
 
 
 def test_adversary_reads_parent_environment(monkeypatch):
