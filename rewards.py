@@ -24,9 +24,11 @@ the program can rebind) and accept exact str / bytes only. Guaranteed, each by a
   That thread is not the main one, so Python refuses it signal handlers (whose frame argument led back to the
   harness), and it never ends with an exception (whose traceback held its frame: a bare except, then os._exit, and
   nothing of the program's, not even its exception's repr, runs there); frames are refused otherwise
-  (sys._getframe, tracebacks' and generators' frames, tracing, sys.monitoring removed). The routes to the process's memory are refused too: ctypes is never loaded and cannot
-  be imported (nor _testcapi), /proc and directories outside the work dir cannot be opened (a relative path under
-  such a directory's fd escapes path checks), code objects cannot be built or unmarshalled (crafted bytecode).
+  (sys._getframe, tracebacks' and generators' frames, tracing, sys.monitoring removed). The main thread, which only
+  waits, ignores SIGINT, so the program cannot make it raise (and run its excepthook or atexit functions). The
+  routes to the process's memory are refused too: ctypes is never loaded and cannot be imported (nor _testcapi),
+  /proc and directories outside the work dir cannot be opened (a relative path under such a directory's fd escapes
+  path checks), code objects cannot be built or unmarshalled (crafted bytecode).
 - The tests do not trust the program's objects: their comparisons and arithmetic are rewritten (ast) to refuse a
   trusted value (an allowlist of exact built-in types, containers of them, an unmodified Counter, numpy's types)
   meeting anything else, so an always-equal object or int subclass passes no `==`, `in` or `abs(x - y) < eps`.
@@ -42,9 +44,14 @@ NOT protected against (run large-scale untrusted code in a container or VM):
   the tests import (math.fabs in HumanEval/32), comparisons between two untrusted objects (the program's own).
 - As non-root the program runs as you, behind only the audit hook, which can be evaded (os.pidfd_open +
   signal.pidfd_send_signal are not audited); as root, `nobody` can still signal other `nobody` processes. A file
-  opened by C code without an audit event is not checked; directories outside can be listed (names, not contents).
+  opened by C code without an audit event is not checked (the known modules that do are refused: readline, shared
+  memory, dbm, syslog, Tcl; an allow-list of extension modules would be stronger); os.mkfifo and os.mknod (no
+  audit event) can make empty files or FIFOs where the user may write (as root: /tmp); directories outside can be
+  listed (names, not contents). A function or class the tests define and pass to the program (none in HumanEval or
+  MBPP) gives it the tests' namespace through __globals__, and with it their comparison helpers.
 - Network is refused only by the audit hook (no namespace); disk use is bounded per file only.
-Cost of the memory guards: a program importing numpy fails (numpy imports ctypes).
+Cost of the memory guards: a program importing anything outside the standard library fails (site-packages are not
+on its path, and native modules load only from the standard library's files).
 Needs Linux >= 5.3 (pidfd) and sympy (a dependency of torch).
 Tests: python -m pytest -q tests/test_rewards.py; throughput: python bench/rewards.py.
 """
@@ -61,7 +68,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import threading
 import time
@@ -410,12 +416,13 @@ class ExecResult:
 # and it runs in a second thread, where Python refuses to install signal handlers (a handler's frame argument
 # would lead back to these frames); frames are otherwise refused by the audit hook.
 def _sandbox_main():
-    import _collections, _stat, _thread, ast, builtins, collections, json, os, resource, sys  # never ctypes: see below
+    import _collections, _imp, _signal, _stat, _thread, ast, builtins, collections, gc, json, os, resource, sys  # no ctypes
     job_path, result_fd = sys.argv[1], int(sys.argv[2])
     with open(job_path) as f:
         job = json.load(f)
     os.remove(job_path)                                   # holds the nonce and the tests
-    sys.path[:] = [p for p in sys.path if p] + job["path"]  # not the cwd: the program could plant math.py there
+    sys.path[:] = [p for p in sys.path if p]  # the standard library only: not the cwd (the program could plant math.py
+    # there), not site-packages (native modules such as _cffi_backend read memory and files)
     if child := os.fork():   # the intermediate: keeps the caller's identity and waits; the caller keeps the clock
         os.close(result_fd)
         code = os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
@@ -442,6 +449,11 @@ def _sandbox_main():
         sys.pycache_prefix = work + "no-pycache"
         sys.addaudithook(hook)
         vars(sys).pop("monitoring", None)
+        # gc.set_debug(DEBUG_SAVEALL) kept the program's dead frames in gc.garbage, and a frame's f_back (not audited)
+        # led to the harness's; a fresh gc module (with it back) needs _imp.create_builtin: every builtin module is
+        # imported now, then both go
+        [__import__(name) for name in sys.builtin_module_names]
+        del gc.set_debug, _imp.create_builtin
     write, exit_, run, stat, readlink, getcwd, exc_info = os.write, os._exit, exec, os.stat, os.readlink, os.getcwd, sys.exc_info
     def resolve(p, type=type, str=str, bytes=bytes, OSError=OSError, PermissionError=PermissionError):
         # os.path.realpath from C functions bound now: posixpath's are Python and call what the program can patch.
@@ -471,15 +483,20 @@ def _sandbox_main():
     deny = frozenset("os.kill os.killpg os.fork os.forkpty os.exec os.posix_spawn os.spawn os.system subprocess.Popen "
                      "resource.prlimit sys.settrace sys.setprofile sys._current_frames sys._current_exceptions "
                      "os.symlink sys.addaudithook gc.get_objects gc.get_referrers gc.get_referents code.__new__ "
-                     "marshal.loads sqlite3.connect".split())
-    # memory access (ctypes, the test modules) or interpreters without this hook (_xxsubinterpreters, _interpreters)
-    unsafe = lambda part: part == "ctypes" or part.startswith(("_ctypes", "_test", "_xx", "_interp"))
-    path_events = {"os.remove": 1, "os.rmdir": 1, "os.mkdir": 1, "os.chmod": 1, "os.chown": 1, "os.utime": 1,
-                   "os.rename": 2, "os.link": 2, "os.truncate": 0, "shutil.rmtree": 1}
+                     "marshal.loads marshal.load sqlite3.connect os.chmod".split())  # no chmod: all it makes is removable
+    # memory access (ctypes, the test modules), interpreters without this hook (_xxsubinterpreters, _interpreters),
+    # modules that read or write files in C with no audit event (readline's history files, shared memory, dbm, syslog,
+    # Tcl's own open / read / puts)
+    unsafe = lambda part: part in ("ctypes", "readline", "_posixshmem", "_multiprocessing", "_dbm", "_gdbm", "syslog",
+                                   "_curses", "_tkinter", "_ssl") or part.startswith(("_ctypes", "_test", "_xx", "_interp"))
+    path_events = {"os.remove": 1, "os.rmdir": 1, "os.mkdir": 1, "os.chown": 1, "os.utime": 1,
+                   "os.rename": 2, "os.link": 2, "os.truncate": 0, "shutil.rmtree": 1, "os.setxattr": 0, "os.removexattr": 0}
     wflags, not_paths = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC, (int, tuple, type(None))
-    def hook(event, args, any=any, str=str, int=int, len=len, type=type, PermissionError=PermissionError, S_ISDIR=_stat.S_ISDIR):
-        if event in deny or event.startswith(("ctypes.", "socket.")) or \
-                event == "import" and any(unsafe(part) for part in str(args[0]).split(".")):  # x._ctypes too
+    def hook(event, args, any=any, str=str, int=int, len=len, type=type, PermissionError=PermissionError,
+             ValueError=ValueError, AttributeError=AttributeError, S_ISDIR=_stat.S_ISDIR):
+        if event in deny or event.startswith(("ctypes.", "socket.")) or event == "import" and (  # by a plain str name,
+                type(args[0]) is not str or any(unsafe(part) for part in args[0].split("."))  # a native module only
+                or args[1] is not None and not resolve(args[1]).startswith(readable)):  # from the standard library's files
             raise PermissionError("sandbox: " + event)
         if event == "sys._getframe" or event == "object.__getattr__" and args[1] in ("tb_frame", "gi_frame", "cr_frame",
                                                                                    "ag_frame"):
@@ -494,8 +511,7 @@ def _sandbox_main():
             if not (inside(p) or not writes and (p.startswith(readable) or p == "/dev/urandom")
                     and not S_ISDIR(stat(args[0]).st_mode)):
                 raise PermissionError("sandbox: open " + p)
-        elif event in path_events:
-            n = path_events[event]
+        elif (n := path_events.get(event)) is not None:  # n: how many dir_fd arguments end its args
             if any(type(a) not in not_paths and not inside(a) for a in args) or \
                     any(a not in (None, -1) for a in args[len(args) - n:] if n):
                 raise PermissionError("sandbox: " + event)
@@ -549,7 +565,7 @@ def _sandbox_main():
             return call("_sbx_bin", fn("xy", ast.BinOp(x, node.op, y)), node.left, node.right)
     nonce, ep, check = job.pop("nonce").encode(), job["entry_point"], job["check"]
     saved, clear, update = dict(builtins.__dict__), builtins.__dict__.clear, builtins.__dict__.update
-    def worker(nonce, go, dict=dict, type_name=type.__dict__["__name__"].__get__):
+    def worker(nonce, go, dict=dict, type=type, str=str, type_name=type.__dict__["__name__"].__get__):
         go.acquire()
         try:  # compiled before any of it runs (a syntax error in the program fails here)
             tree = ast.fix_missing_locations(Strict().visit(ast.parse(job["tests"])))
@@ -561,9 +577,10 @@ def _sandbox_main():
             run(codes[1], g)
             clear(); update(saved)
             # the tests' namespace: the program's names except those shadowing a builtin (the entry point may),
-            # the setup's names over the program's (e.g. a helper the prompt gave), private builtins, strict ops
+            # the setup's names over the program's (e.g. a helper the prompt gave), private builtins, strict ops; str
+            # keys only (an object hashing and comparing like '_sbx_cmp', inserted first, took that name's slot)
             tb = dict(saved)
-            ns = {k: v for k, v in g.items() if k not in tb or k == ep}
+            ns = {k: v for k, v in g.items() if type(k) is str and (k not in tb or k == ep)}
             ns.update({k: v for k, v in setup_ns.items() if k != ep}, __builtins__=tb, _sbx_cmp=cmp, _sbx_bin=arith)
             run(codes[2], ns)
             if check:
@@ -576,29 +593,23 @@ def _sandbox_main():
             exit_(1)
     go, wait = _thread.allocate_lock(), _thread.allocate_lock()
     go.acquire(); wait.acquire()
+    # SIGINT (the only signal whose default raises: KeyboardInterrupt) ignored in this thread, which the program can
+    # signal (pidfd_send_signal is not audited) but not give a handler: an exception here ran its excepthook / atexit
+    _signal.signal(_signal.SIGINT, _signal.SIG_IGN)
     _thread.start_new_thread(worker, (nonce, go))  # not threading.Thread: its object would hold the arguments
     del nonce
     lock_down()
     go.release()
     try:
         wait.acquire()  # forever: the worker ends the process
-    except BaseException:
+    except:  # noqa: E722 (bare, as in the worker)
         exit_(1)
 
 
 # The harness runs as its own program (python -S -c, argv: job file, result fd): this function's source, then a call.
 _HARNESS = inspect.getsource(_sandbox_main) + "_sandbox_main()\n"
 
-_SITE = [p for p in dict.fromkeys(sysconfig.get_paths()[k] for k in ("purelib", "platlib")) if os.path.isdir(p)]
 _NOBODY = next(((p.pw_uid, p.pw_gid) for p in pwd.getpwall() if p.pw_name == "nobody"), (65534, 65534))  # uid, gid
-
-
-def _rmtree(path: str) -> None:
-    def retry(func, p, _):  # a program may have made its files read-only
-        for f, *a in ((os.chmod, os.path.dirname(p), 0o700), (os.chmod, p, 0o700), (func, p)):
-            with contextlib.suppress(OSError):
-                f(*a)
-    shutil.rmtree(path, onerror=retry)
 
 
 def run_python(code: str, tests: str = "", *, setup: str = "", entry_point: str | None = None,
@@ -610,7 +621,7 @@ def run_python(code: str, tests: str = "", *, setup: str = "", entry_point: str 
         return ExecResult("timeout", None, "", "batch time budget spent", 0.0)
     nonce, cap = secrets.token_hex(16), OUTPUT_MB << 20
     job = dict(mode="test" if stdin is None else "io", setup=setup, code=code, tests=tests, entry_point=entry_point,
-               check=bool(entry_point and _CHECK.search(tests)), nonce=nonce, timeout=timeout, path=_SITE, uid=_NOBODY[0],
+               check=bool(entry_point and _CHECK.search(tests)), nonce=nonce, timeout=timeout, uid=_NOBODY[0],
                gid=_NOBODY[1], cpu=int(timeout) + 1, mem=memory_mb << 20, fsize=cap)
     work, proc = tempfile.mkdtemp(prefix=WORKDIR_PREFIX), None
     rfd, wfd = os.pipe()
@@ -660,7 +671,7 @@ def run_python(code: str, tests: str = "", *, setup: str = "", entry_point: str 
                 os.close(fd)
         for f in files:
             f.close()
-        _rmtree(work)
+        shutil.rmtree(work, ignore_errors=True)
     timed_out = not exited or rc == 128 + signal.SIGXCPU
     passed = rc == 0 and (stdin is not None or proof == nonce.encode())  # a test run: only with the nonce written
     return ExecResult("timeout" if timed_out else "pass" if passed else "fail", rc, out, err, time.monotonic() - t0)

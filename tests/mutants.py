@@ -64,6 +64,9 @@ REWARDS_GAMED = ids("test_rewards.py", "test_math_issue_false_positives", "test_
 JSONL = [*ids("test_data.py", "test_append_jsonl_drops_a_cut_off_last_line_and_read_jsonl_skips_it"),  # a run's logs
          *ids("test_eval.py", "test_rerun_after_a_cut_off_line_loses_no_record"),
          *ids("test_train.py", "test_resume_drops_a_metrics_line_cut_off_by_a_kill")]
+SANDBOX_ESCAPES = ids("test_rewards.py", "test_adversary_patches_the_path_checks", "test_adversary_escapes_the_harness_thread",
+                      "test_adversary_third_review", "test_adversary_reads_and_writes_files_through_tcl",
+                      "test_adversary_fourth_review", "test_adversary_loads_native_code")
 REWARDS_SANDBOX = ids("test_rewards.py", "test_adversary_always_equal_objects", "test_adversary_shadows_builtins_the_tests_call",
                       "test_malformed_problems_fail_closed", "test_strict_comparisons_keep_legitimate_answers")
 
@@ -208,9 +211,31 @@ MUTANTS = [
      "if len(pred) > MAX_ANSWER_CHARS or len(gold) > MAX_ANSWER_CHARS:", "if False:", REWARDS_GAMED),
     ("tests-trust-the-programs-objects", "rewards.py", "_sandbox_main", "if plain(a) != plain(b):", "if False:", REWARDS_SANDBOX),
     ("program-shadows-builtins-in-tests", "rewards.py", "_sandbox_main",
-     "ns = {k: v for k, v in g.items() if k not in tb or k == ep}", "ns = dict(g)", REWARDS_SANDBOX),
+     "ns = {k: v for k, v in g.items() if type(k) is str and (k not in tb or k == ep)}", "ns = dict(g)", REWARDS_SANDBOX),
     ("program-redefines-setup-helpers", "rewards.py", "_sandbox_main",
      "ns.update({k: v for k, v in setup_ns.items() if k != ep}, ", "ns.update(", REWARDS_SANDBOX),
+    # 2026-12-01 red-team reviews: each fix undone
+    ("sandbox-reads-any-file", "rewards.py", "_sandbox_main", '(p.startswith(readable) or p == "/dev/urandom")', "True",
+     SANDBOX_ESCAPES),
+    # (no mutant for the worker's bare except + finally: with gc.set_debug gone, the old handler's escaping
+    # exception no longer reaches the token, so that mutant survives every test; the fix stays as a second wall)
+    ("tests-builtins-via-global-dict", "rewards.py", "_sandbox_main", "def worker(nonce, go, dict=dict,",
+     "def worker(nonce, go, _dict=dict,", SANDBOX_ESCAPES),
+    ("c-file-modules-importable", "rewards.py", "_sandbox_main", '"readline", "_posixshmem", ', "", SANDBOX_ESCAPES),
+    ("path-checks-trust-posixpath", "rewards.py", "_sandbox_main", "            p = resolve(args[0])\n",
+     "            p = os.path.realpath(args[0])\n", SANDBOX_ESCAPES),
+    ("marshal-load-allowed", "rewards.py", "_sandbox_main", '"marshal.loads marshal.load ', '"marshal.loads ', SANDBOX_ESCAPES),
+    ("impostor-keys-reach-the-tests", "rewards.py", "_sandbox_main", "if type(k) is str and (k not in tb or k == ep)",
+     "if (k not in tb or k == ep)", SANDBOX_ESCAPES),
+    ("tcl-importable", "rewards.py", "_sandbox_main", '"_curses", "_tkinter", "_ssl")', '"_curses", "_ssl")', SANDBOX_ESCAPES),
+    ("gc-set-debug-kept", "rewards.py", "_sandbox_main", "del gc.set_debug, _imp.create_builtin", "pass", SANDBOX_ESCAPES),
+    ("import-name-via-str", "rewards.py", "_sandbox_main",
+     'type(args[0]) is not str or any(unsafe(part) for part in args[0].split("."))',
+     'any(unsafe(part) for part in str(args[0]).split("."))', SANDBOX_ESCAPES),
+    ("native-module-from-any-file", "rewards.py", "_sandbox_main",
+     "or args[1] is not None and not resolve(args[1]).startswith(readable)", "or False", SANDBOX_ESCAPES),
+    ("worker-type-a-global", "rewards.py", "_sandbox_main", "def worker(nonce, go, dict=dict, type=type, str=str,",
+     "def worker(nonce, go, dict=dict,", ids("test_rewards.py", "test_adversary_rebinds_type_for_an_impostor_key")),
     ("check-without-entry-point-accepted", "rewards.py", "bad_problem",
      "_CHECK.search(tests) and not", "False and not", REWARDS_SANDBOX),
     ("empty-io-output-accepted", "rewards.py", "bad_problem",

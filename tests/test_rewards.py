@@ -4,6 +4,7 @@ and the real data in ../shared/data when present (skipped otherwise).
 Real-data code tests run HumanEval in full and every 4th MBPP problem (244 of 974); set GRPO_FULL_DATA=1 to run
 all of MBPP (about 25 s more on 2 cores). Run: python -m pytest -q tests/test_rewards.py
 """
+import glob
 import json
 import os
 import re
@@ -360,7 +361,9 @@ for patch in (lambda: setattr(posixpath, "abspath", inside), lambda: setattr(pos
 for act in (lambda: open({loose!r}, "w").write("x"), lambda: open("/proc/self/status").read(),
             lambda: open({gold!r}).read(), lambda: open(Sneaky({loose!r} + "-sub"), "w").write("x"),
             lambda: os.listdir(os.open({gold_dir!r}, 0)), lambda: os.remove(Sneaky({gold!r})),
-            lambda: __import__("sqlite3").connect({gold!r})):  # sqlite opens files in C
+            lambda: __import__("sqlite3").connect({gold!r}),  # sqlite, readline, shared memory: files opened in C
+            lambda: __import__("readline").read_history_file({gold!r}), lambda: os.setxattr({gold!r}, "user.x", b"1"),
+            lambda: __import__("_posixshmem").shm_open({shm!r}, os.O_CREAT | os.O_RDWR, 0o600)):
     try:
         act()
         done.append(act)
@@ -376,15 +379,17 @@ def test_adversary_patches_the_path_checks():
     check one way and the call another. And any world-readable file could be read: the gold answers
     of MBPP / HumanEval in the data folder passed every problem. Now paths are resolved with C functions bound
     before the program runs, only exact str / bytes are accepted, and reads outside the work dir are limited to
-    Python's import path."""
+    Python's import path. A second review read the data through readline's history file and wrote through shared
+    memory (files opened in C, no audit event): those modules cannot be imported."""
     gold_dir = Path(tempfile.mkdtemp(dir="/tmp", prefix="grpo-gold-"))  # world-readable, like ../shared/data
     gold, loose = gold_dir / "mbpp.jsonl", Path("/tmp") / f"grpo-planted-{secrets.token_hex(4)}"
     try:
         os.chmod(gold_dir, 0o755)
         gold.write_text('{"code": "def f(): return 42"}')
-        run_adversary(PATCHED_PATH_CHECKS.format(loose=str(loose), gold=str(gold), gold_dir=str(gold_dir)),
-                      "assert done")
+        run_adversary(PATCHED_PATH_CHECKS.format(loose=str(loose), gold=str(gold), gold_dir=str(gold_dir),
+                                                 shm="/" + loose.name), "assert done")
         assert gold.exists() and not any(Path("/tmp").glob(loose.name + "*"))
+        assert not Path("/dev/shm", loose.name).exists()
     finally:
         shutil.rmtree(gold_dir)
 
@@ -440,9 +445,220 @@ def add(x, y):
 """
 
 
-@pytest.mark.parametrize("program", [ESCAPING_EXCEPTION, HIJACKED_HARNESS_NAMES], ids=["escaping-exception", "names"])
+# ... and one that sent SIGINT to its own process (pidfd_send_signal is not audited): the main thread's `except
+# BaseException` (rebound to ()) let KeyboardInterrupt out, so the program's excepthook and atexit functions ran in
+# the main thread, found the worker function in the dead frame and replaced its exec: the tests never ran
+MAIN_THREAD_SIGINT = """
+import sys, gc, os, signal, time, atexit
+sys.modules["__main__"].BaseException = ()
+state = {}
+def excepthook(t, v, tb):
+    box = [tb]
+    box.append(box)
+sys.excepthook = excepthook
+def at():
+    sys.last_type = sys.last_value = sys.last_traceback = None
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    gc.collect()
+    for o in gc.garbage:
+        if type(o).__name__ == "frame" and "worker" in o.f_locals:
+            w = o.f_locals["worker"]
+            for name, cell in zip(w.__code__.co_freevars, w.__closure__):
+                if name == "run":
+                    def fake(code, ns, *a):
+                        ns["check"] = lambda f: None
+                    cell.cell_contents = fake
+                    state["done"] = True
+    while True:
+        time.sleep(1)
+atexit.register(at)
+signal.pidfd_send_signal(os.pidfd_open(os.getpid()), signal.SIGINT)
+while "done" not in state:
+    time.sleep(0.01)
+"""
+
+
+@pytest.mark.parametrize("program", [ESCAPING_EXCEPTION, HIJACKED_HARNESS_NAMES, MAIN_THREAD_SIGINT],
+                         ids=["escaping-exception", "names", "main-thread-sigint"])
 def test_adversary_escapes_the_harness_thread(program):
     run_adversary(program, "import math\nassert add(1, 2) == 3")
+
+
+# ... a third review: a global whose key is an object that hashes and compares like "_sbx_cmp" (it took that
+# name's slot in the tests' namespace: 160 of 164 HumanEval passed); bytecode built by marshal.load (not denied,
+# unlike marshal.loads) read its own frame and walked f_back to the token (every problem passed; CPython 3.11's
+# layout); Tcl's open / read, which raise no audit event, read the gold data
+IMPOSTOR_KEY = """
+class K:
+    n = 0
+    def __hash__(self):
+        return hash("_sbx_cmp")
+    def __eq__(self, o):
+        K.n += 1
+        return K.n > 1
+globals()[K()] = lambda ops, *thunks: True
+def add(*a, **k):
+    return 0
+"""
+CRAFTED_BYTECODE = """
+import io, marshal, os, sys
+def _me():
+    try:
+        raise ValueError
+    except ValueError:
+        pass
+    x = None
+    x = x
+    return x
+_c = _me.__code__.co_code
+_i = _c.rindex(bytes([100, 0, 125, 0, 124, 0, 125, 0, 124, 0]))
+_n = _c[:_i] + bytes([9, 0, 144, 255, 144, 255, 144, 255, 124, 252]) + _c[_i + 10:]
+_me.__code__ = marshal.load(io.BytesIO(marshal.dumps(_me.__code__).replace(_c, _n)))
+_f = _me()
+while _f is not None:
+    _v = _f.f_locals.get("nonce")
+    if type(_v) is bytes and len(_v) == 32:
+        os.write(int(sys.argv[2]), _v)
+        os._exit(0)
+    _f = _f.f_back
+"""
+TCL_FILES = """
+import tkinter
+tcl = tkinter.Tcl()
+tcl.eval("set f [open {gold}]; set d [read $f]; close $f; set d")
+tcl.eval("set f [open {loose} w]; puts $f x; close $f")
+"""
+
+
+@pytest.mark.parametrize("program", [IMPOSTOR_KEY, CRAFTED_BYTECODE], ids=["impostor-key", "crafted-bytecode"])
+def test_adversary_third_review(program):
+    run_adversary(program, "import math\nassert add(1, 2) == 3")
+
+
+def test_adversary_reads_and_writes_files_through_tcl():
+    gold_dir = Path(tempfile.mkdtemp(dir="/tmp", prefix="grpo-gold-"))
+    gold, loose = gold_dir / "mbpp.jsonl", Path("/tmp") / f"grpo-planted-{secrets.token_hex(4)}"
+    try:
+        os.chmod(gold_dir, 0o755)
+        gold.write_text("x")
+        run_adversary(TCL_FILES.format(gold=gold, loose=loose), "assert True")
+        assert not loose.exists()
+    finally:
+        shutil.rmtree(gold_dir)
+
+
+# ... a fourth review: gc.set_debug(DEBUG_SAVEALL) kept the program's own dead frame (in a reference cycle) in
+# gc.garbage, and its f_back chain (not audited) reached the harness's frame and the token (every problem passed);
+# and an import name that is a str subclass passed the check (str() of it said "harmless") while C loaded _ctypes
+GC_SAVED_FRAME = """
+import gc, os, sys
+def _grab():
+    try:
+        raise ValueError
+    except ValueError as e:
+        t = e.__traceback__
+_grab()
+gc.set_debug(gc.DEBUG_SAVEALL)
+gc.collect()
+for o in gc.garbage:
+    f = o if type(o).__name__ == "frame" else None
+    while f is not None:
+        v = f.f_locals.get("nonce")
+        if type(v) is bytes and len(v) == 32:
+            os.write(int(sys.argv[2]), v)
+            os._exit(0)
+        f = f.f_back
+"""
+STR_SUBCLASS_IMPORT = """
+import sys, os, _imp, importlib.machinery
+class S(str):
+    def __str__(self):
+        return "harmless"
+    def split(self, *a):
+        return ["harmless"]
+class Spec:
+    pass
+ways = []
+for path in [os.path.join(p, n) for p in sys.path if os.path.isdir(p) for n in os.listdir(p) if n.startswith("_ctypes.")]:
+    spec = Spec()
+    spec.name, spec.origin = S("_ctypes"), path
+    try:
+        ways.append(_imp.create_dynamic(spec))
+    except Exception:
+        pass
+for get in (lambda: _imp.create_builtin(importlib.machinery.BuiltinImporter.find_spec("gc")).set_debug,
+            lambda: __import__("gc").set_debug):  # a fresh gc would have set_debug back
+    try:
+        ways.append(get())
+    except Exception:
+        pass
+"""
+
+
+@pytest.mark.parametrize("program, tests", [(GC_SAVED_FRAME, "import math\nassert add(1, 2) == 3"),
+                                            (STR_SUBCLASS_IMPORT, "assert ways")], ids=["gc-saved-frame", "str-subclass-import"])
+def test_adversary_fourth_review(program, tests):
+    run_adversary(program, tests)
+
+
+# ... a fifth review loaded native code the name check could not see: a fresh gc (set_debug back) from libpython
+# through _imp.create_dynamic, _cffi_backend from site-packages (raw memory, libc open / read / write), and a .so
+# the program wrote into its own dir. Native modules now load only from the standard library's files, and
+# site-packages is not on the sandbox's path
+NATIVE_CODE = """
+import glob, os, shutil, sys, _imp
+class Spec:
+    pass
+def load(name, path):
+    spec = Spec()
+    spec.name, spec.origin = name, path
+    return _imp.create_dynamic(spec)
+ways = []
+libs = [lib for p in sys.path for lib in glob.glob(p + "/../libpython3*.so*")]
+stdlib_json = [n for p in sys.path for n in glob.glob(p + "/_json.*.so")]
+for get in [lambda lib=lib: load("gc", lib).set_debug for lib in libs] + [
+        lambda: __import__("_cffi_backend"), lambda: load("_cffi_backend", {cffi!r}),
+        lambda: load("_json", shutil.copy(stdlib_json[0], os.path.abspath("_json.so")))]:
+    try:
+        ways.append(get())
+    except Exception:
+        pass
+"""
+
+
+def test_adversary_loads_native_code():
+    cffi = next(iter(glob.glob(os.path.join(os.path.dirname(os.__file__), "..", "**", "_cffi_backend*.so"),
+                               recursive=True)), "/nonexistent/_cffi_backend.so")
+    run_adversary(NATIVE_CODE.format(cffi=cffi), "assert ways")
+
+
+def test_harness_looks_up_no_global_name_once_the_program_ran():
+    """A sixth review: worker's dict comprehension looked `type` and `str` up as globals of the harness's __main__,
+    which the program can rebind, and that undid the fix for impostor keys (40 of 40 MBPP passed). A rule for the
+    whole class: no code that runs after the program (the worker, its comprehensions, the tests' comparison helpers,
+    the audit hook and its path resolver) loads a global or builtin name; all are bound before the program runs.
+    The one exception is the worker's list comprehension that compiles setup, program and tests, before any runs."""
+    import dis
+
+    def nested(code):
+        yield code
+        for c in code.co_consts:
+            if hasattr(c, "co_code"):
+                yield from nested(c)
+    main = next(c for c in nested(compile(R._HARNESS, "<harness>", "exec")) if c.co_name == "_sandbox_main")
+    after = [c for c in main.co_consts if hasattr(c, "co_code") and c.co_name in ("worker", "cmp", "arith", "plain", "hook",
+                                                                                    "resolve")]
+    assert len(after) == 6
+    loaded = {(c.co_name, i.argval) for top in after for c in nested(top) for i in dis.get_instructions(c)
+              if i.opname in ("LOAD_GLOBAL", "LOAD_NAME")}
+    assert loaded <= {("<listcomp>", "compile"), ("worker", "compile")}, loaded  # 3.12 inlines comprehensions
+
+
+IMPOSTOR_KEY_AND_TYPE = IMPOSTOR_KEY + "import sys\nsys.modules['__main__'].type = lambda o: str\n"
+
+
+def test_adversary_rebinds_type_for_an_impostor_key():
+    run_adversary(IMPOSTOR_KEY_AND_TYPE, "import math\nassert add(1, 2) == 3")
 
 
 def test_adversary_reads_parent_environment(monkeypatch):
