@@ -249,12 +249,14 @@ def draw_fused(logits, temperature, seed):
 
 @torch.no_grad()
 def sample_fast(model, prompts, n=1, max_new_tokens=256, temperature=1.0, stop_ids=(), pad_id=0, generator=None,
-                min_new_tokens=0, cuda_graph=None, check_every=32, bucket=128, prefill_tokens=2**17):
+                min_new_tokens=0, cuda_graph=None, check_every=32, bucket=128, prefill_tokens=2**17, tail_slots=2**16):
     """`sample` for the GPU (same arguments and result, no top-k / top-p). cuda_graph defaults to
     True on CUDA; False runs the same code eagerly (how the CPU tests check it). Every
     `check_every` tokens the host looks once at how many rows are done: it stops when all are, and
     compacts the batch (a new graph for the smaller batch) when at most half are still running.
-    Attention reads the cache up to the next multiple of `bucket` slots (a new graph per bucket).
+    Attention reads the cache up to the next multiple of `bucket` slots (a new graph per bucket), or all
+    of it once the running rows' whole cache is at most `tail_slots` slots (reading it costs little then,
+    and no more graphs are captured for new buckets).
     The prefill runs right-padded with no mask, in row chunks of at most `prefill_tokens` padded tokens."""
     device = next(model.parameters()).device
     cuda_graph = device.type == "cuda" if cuda_graph is None else cuda_graph
@@ -297,7 +299,7 @@ def sample_fast(model, prompts, n=1, max_new_tokens=256, temperature=1.0, stop_i
         active = torch.arange(B, device=device)  # original row of each batch row
         step_fn = lambda: model(input_ids=tok_in[:cache.rows], position_ids=pos_in[:cache.rows], **kw, attention_mask={
             "full_attention": mask[:cache.rows, :, :, :cache.length]}).logits[:, -1]
-        graph = None
+        graph, side, warmed = None, torch.cuda.Stream() if cuda_graph else None, False
         fused = triton is not None and device.type == "cuda"
         if fused:  # one seed per step for draw_fused's noise, all drawn now (one host sync)
             seeds = torch.randint(2**31 - 1, (max_new_tokens,), generator=generator, device=device).tolist()
@@ -327,21 +329,26 @@ def sample_fast(model, prompts, n=1, max_new_tokens=256, temperature=1.0, stop_i
             mask[:b, 0, 0, Lp + t] = True
             pos_in[:b] += 1
             cache.pos.fill_(Lp + t)
-            if Lp + t + 1 > cache.length:  # the new token's slot is past the attended window: grow it, with at
-                # least check_every slots ahead (else a second capture can follow the first at once), within the cache
-                cache.length = min(cache.k[0].shape[2], (Lp + t + check_every + bucket) // bucket * bucket)
+            # attend to the running rows' whole cache once it is small (one last capture), else grow the window when
+            # the new token's slot is past it, with >= check_every slots ahead (no second capture right after the first)
+            tail = b * (full := Lp + max_new_tokens) <= tail_slots
+            if Lp + t + 1 > cache.length or (graph is None and tail):
+                cache.length = full if tail else min(full, (Lp + t + check_every + bucket) // bucket * bucket)
                 graph = None
             if not cuda_graph:
                 logits = step_fn()
-            elif graph is None:  # warm up on a side stream (this is step t's real forward), then capture there
-                side = torch.cuda.Stream()
+            elif graph is None:  # capture on a side stream; the call's first capture warms up first (step t's forward)
                 side.wait_stream(torch.cuda.current_stream())
                 with torch.cuda.stream(side):
-                    logits = step_fn()
+                    if warm := not warmed:  # an eager step first: lazy initialisation stays out of the capture
+                        logits, warmed = step_fn(), True
                     graph = torch.cuda.CUDAGraph()
                     graph.capture_begin()  # not torch.cuda.graph(): it syncs and empties the allocator's cache each time
                     graph_logits = step_fn()
                     graph.capture_end()
+                    if not warm:  # step t's forward is the new graph's first replay
+                        graph.replay()
+                        logits = graph_logits
                 torch.cuda.current_stream().wait_stream(side)
             else:
                 graph.replay()

@@ -4,7 +4,7 @@ A real `sampler.sample_fast` call is instrumented from outside (sampler.py is no
 instrumented call runs, these are wrapped, each wrapped part synchronising the device before and after
 itself and recording host wall time:
   prefill        the model's (or its decoder's) forwards before the first draw, one per row chunk
-  warm-up        a decode forward on a side stream: the eager step run right before each graph capture
+  warm-up        a decode forward on a side stream: the eager step run right before a call's first graph capture
                  (the first forward at a new batch size / attended length: it may build cuDNN plans)
   capture        torch.cuda.graph: its enter (device sync, empty_cache, capture_begin), the recorded
                  forward, capture_end (instantiation); split in three below the table. A capture made with

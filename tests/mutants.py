@@ -167,6 +167,8 @@ MUTANTS = [
     ("samples-not-prompt-major", "sampler.py", "sample",
      "rows := [p for p in prompts for _ in range(n)]", "rows := [p for _ in range(n) for p in prompts]", SAMPLER),
     ("decode-writes-cache-slot-0", "sampler.py", "StaticKV.update", "self.pos.view(1)", "self.steps[:1]", SAMPLER_FAST),
+    ("tail-window-one-slot-short", "sampler.py", "sample_fast", "cache.length = full if tail", "cache.length = Lp + t if tail",
+     SAMPLER_FAST),
     # workflows.py
     ("evalopt-final-is-first-attempt", "workflows.py", "_evalopt",
      "eps[i].final = t.text", "eps[i].final = eps[i].final or t.text", WORKFLOWS),
