@@ -453,8 +453,8 @@ def _sandbox_main():
         vars(sys).pop("monitoring", None)
         # gc.set_debug(DEBUG_SAVEALL) kept the program's dead frames in gc.garbage, and a frame's f_back (not audited)
         # led to the harness's; a fresh gc module (with it back) needs _imp.create_builtin: every builtin module is
-        # imported now, then both go
-        [__import__(name) for name in sys.builtin_module_names]
+        # imported now (but refused ones: Debian's Python has syslog built in), then both go
+        [__import__(name) for name in sys.builtin_module_names if not unsafe(name)]
         del gc.set_debug, _imp.create_builtin
     write, exit_, run, stat, readlink, getcwd, exc_info = os.write, os._exit, exec, os.stat, os.readlink, os.getcwd, sys.exc_info
     def resolve(p, rel=True, type=type, str=str, bytes=bytes, OSError=OSError, PermissionError=PermissionError):

@@ -237,6 +237,9 @@ MUTANTS = [
      "def worker(nonce, go, dict=dict,", ids("test_rewards.py", "test_adversary_rebinds_type_for_an_impostor_key")),
     ("os-open-relative-to-a-dir-fd", "rewards.py", "_sandbox_main", "p = resolve(args[0], args[1] is not None)",
      "p = resolve(args[0])", SANDBOX_ESCAPES),
+    # killed only where a Python with syslog built in exists (Debian's /usr/bin/python3.11); skipped, it survives
+    ("refused-builtins-imported", "rewards.py", "_sandbox_main", "sys.builtin_module_names if not unsafe(name)]",
+     "sys.builtin_module_names]", ids("test_rewards.py", "test_sandbox_runs_on_a_python_with_refused_modules_built_in")),
     ("check-without-entry-point-accepted", "rewards.py", "bad_problem",
      "_CHECK.search(tests) and not", "False and not", REWARDS_SANDBOX),
     ("empty-io-output-accepted", "rewards.py", "bad_problem",

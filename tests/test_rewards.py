@@ -10,6 +10,7 @@ import os
 import re
 import secrets
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -677,6 +678,25 @@ for fd in fds:
 
 def test_adversary_opens_relative_to_a_directory_fd():
     run_adversary(DIR_FD, "assert ways")
+
+
+def python_with_builtin(*names: str) -> str | None:
+    """Another CPython >= 3.11 on this machine with one of these modules built in (Debian's has syslog and
+    _posixsubprocess), or None."""
+    for exe in sorted(glob.glob("/usr/bin/python3.1[1-9]") + glob.glob("/usr/local/bin/python3.1[1-9]")):
+        out = subprocess.run([exe, "-S", "-c", "import sys; print(*sys.builtin_module_names)"], capture_output=True, text=True)
+        if set(names) & set(out.stdout.split()):
+            return exe
+    return None
+
+
+@pytest.mark.skipif(not python_with_builtin("syslog"), reason="no Python with syslog built in")
+def test_sandbox_runs_on_a_python_with_refused_modules_built_in(monkeypatch):
+    """The harness imports every builtin module before the program runs (so that _imp.create_builtin can go), but
+    that was after the audit hook was on, which refused syslog: on Debian's Python every program failed."""
+    monkeypatch.setattr(sys, "executable", python_with_builtin("syslog"))
+    assert R.code_check(fence("def f(x):\n    return x + 1"), {"task": "code", "test_code": "assert f(1) == 2"}) == (1.0, "pass")
+    run_adversary("import syslog\ndef f(x):\n    return 0", "assert f(1) == 0")
 
 
 def test_adversary_reads_parent_environment(monkeypatch):
