@@ -53,7 +53,9 @@ NOT protected against (run large-scale untrusted code in a container or VM):
   namespace through __globals__, and with it their comparison helpers.
 - Network is refused only by the audit hook (no namespace); disk use is bounded per file only.
 Cost of the memory guards: a program importing anything outside the standard library fails (site-packages are not
-on its path, and native modules load only from the standard library's files).
+on its path, and native modules load only from the standard library's files), and so does one importing subprocess or
+asyncio (their _posixsubprocess starts processes with no audit event; RLIMIT_NPROC 1 alone stopped that: as root
+only because the program runs as nobody).
 Needs Linux >= 5.3 (pidfd) and sympy (a dependency of torch).
 Tests: python -m pytest -q tests/test_rewards.py; throughput: python bench/rewards.py.
 """
@@ -453,7 +455,7 @@ def _sandbox_main():
         vars(sys).pop("monitoring", None)
         # gc.set_debug(DEBUG_SAVEALL) kept the program's dead frames in gc.garbage, and a frame's f_back (not audited)
         # led to the harness's; a fresh gc module (with it back) needs _imp.create_builtin: every builtin module is
-        # imported now (but refused ones: Debian's Python has syslog built in), then both go
+        # imported now (but refused ones: Debian's Python has syslog and _posixsubprocess built in), then both go
         [__import__(name) for name in sys.builtin_module_names if not unsafe(name)]
         del gc.set_debug, _imp.create_builtin
     write, exit_, run, stat, readlink, getcwd, exc_info = os.write, os._exit, exec, os.stat, os.readlink, os.getcwd, sys.exc_info
@@ -487,10 +489,11 @@ def _sandbox_main():
                      "os.symlink sys.addaudithook gc.get_objects gc.get_referrers gc.get_referents code.__new__ "
                      "marshal.loads marshal.load sqlite3.connect os.chmod".split())  # no chmod: all it makes is removable
     # memory access (ctypes, the test modules), interpreters without this hook (_xxsubinterpreters, _interpreters),
-    # modules that read or write files in C with no audit event (readline's history files, shared memory, dbm, syslog,
-    # Tcl's own open / read / puts)
-    unsafe = lambda part: part in ("ctypes", "readline", "_posixshmem", "_multiprocessing", "_dbm", "_gdbm", "syslog",
-                                   "_curses", "_tkinter", "_ssl") or part.startswith(("_ctypes", "_test", "_xx", "_interp"))
+    # modules that read or write files in C with no audit event (readline's history files, shared memory (_posixshmem),
+    # dbm, syslog, Tcl's own open / read / puts), processes with none (_posixsubprocess.fork_exec: only RLIMIT_NPROC
+    # stopped it; subprocess and asyncio, which import it, cannot be imported)
+    unsafe = lambda part: part in ("ctypes", "readline", "_multiprocessing", "_dbm", "_gdbm", "syslog", "_curses",
+                                   "_tkinter", "_ssl") or part.startswith(("_ctypes", "_test", "_xx", "_interp", "_posix"))
     path_events = {"os.remove": 1, "os.rmdir": 1, "os.mkdir": 1, "os.chown": 1, "os.utime": 1,
                    "os.rename": 2, "os.link": 2, "os.truncate": 0, "shutil.rmtree": 1, "os.setxattr": 0, "os.removexattr": 0}
     wflags, not_paths = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC, (int, tuple, type(None))

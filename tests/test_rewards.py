@@ -699,6 +699,43 @@ def test_sandbox_runs_on_a_python_with_refused_modules_built_in(monkeypatch):
     run_adversary("import syslog\ndef f(x):\n    return 0", "assert f(1) == 0")
 
 
+# ... and every way to start a process, each of which would run without the audit hook: a child that ran would create
+# a file in /tmp. _posixsubprocess.fork_exec (subprocess's C half) raises no audit event: only RLIMIT_NPROC stopped it
+# (EAGAIN, as nobody and as a plain user); it cannot be imported now (a way counted below), nor subprocess with it
+PROCESSES = """
+import os
+parent, sh, ways = os.getpid(), ["/bin/sh", "-c", "touch {loose}"], []
+def fork_exec():
+    import _posixsubprocess
+    ways.append(_posixsubprocess)
+    r, w = os.pipe()
+    args = [[a.encode() for a in sh], [sh[0].encode()], True, (), None, None, -1, -1, -1, -1, -1, -1, r, w, True, False,
+            -1, None, None, None, -1, None]
+    try:
+        return _posixsubprocess.fork_exec(*args, False)  # 3.11, 3.12: allow_vfork
+    except TypeError:
+        return _posixsubprocess.fork_exec(*args)
+for spawn in (fork_exec, os.fork, lambda: os.posix_spawn(sh[0], sh, {{}}), lambda: os.posix_spawnp("sh", sh, {{}}),
+              lambda: os.system(sh[2]), lambda: os.popen(sh[2]).read(), lambda: __import__("subprocess").run(sh),
+              lambda: __import__("pty").fork(), lambda: os.execv(sh[0], sh)):
+    try:
+        ways.append(spawn())
+    except Exception:
+        pass
+    if os.getpid() != parent:  # a forked child
+        os._exit(0)
+"""
+
+
+@pytest.mark.parametrize("python", [sys.executable, python_with_builtin("_posixsubprocess")], ids=["this", "builtin"])
+def test_adversary_starts_a_process(python, gold_and_loose, monkeypatch):
+    if python is None:
+        pytest.skip("no Python with _posixsubprocess built in")
+    monkeypatch.setattr(sys, "executable", python)
+    run_adversary(PROCESSES.format(loose=gold_and_loose[1]), "assert ways")
+    assert not gold_and_loose[1].exists()
+
+
 def test_adversary_reads_parent_environment(monkeypatch):
     secret = secrets.token_hex(8)
     monkeypatch.setenv("GRPO_TEST_SECRET", secret)
