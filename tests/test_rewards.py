@@ -661,18 +661,21 @@ def test_adversary_rebinds_type_for_an_impostor_key():
 # ... a seventh review: os.open's audit event shows its path, not its dir_fd. As root the sandbox keeps directory fds
 # of the standard library open (its import path, out of nobody's reach otherwise): a relative path was checked against
 # the cwd (the work dir) while the kernel resolved it under the standard library, where a directory could be opened and
-# a file created (then refused only by the directory's permissions). A directory of its own dir shows the same in any uid
+# a file created (then refused only by the directory's permissions). A directory of its own dir shows the same in any uid.
+# No way out either (nor before): '..' (now resolved against the cwd), os.fchdir to such an fd, /proc/self/fd/N/..
 DIR_FD = """
 import os
 os.mkdir("d")
 ways, fds = [], [fd for fd in range(3, 64) if os.path.isdir(f"/proc/self/fd/{fd}")] + [os.open(os.path.abspath("d"), 0)]
-for fd in fds:
-    for act in (lambda: os.open(".", os.O_RDONLY, dir_fd=fd), lambda: os.open("f", os.O_WRONLY | os.O_CREAT, dir_fd=fd),
-                lambda: open("g", "w", opener=lambda p, flags: os.open(p, flags, dir_fd=fd))):
-        try:
-            ways.append(act())
-        except OSError as e:  # with an errno: the kernel refused what the sandbox let through
-            ways += [e] if e.errno else []
+acts = [lambda: open("d/../../grpo-dotdot", "w")] + [act for fd in fds for act in (
+    lambda fd=fd: os.open(".", os.O_RDONLY, dir_fd=fd), lambda fd=fd: os.open("f", os.O_WRONLY | os.O_CREAT, dir_fd=fd),
+    lambda fd=fd: open("g", "w", opener=lambda p, flags: os.open(p, flags, dir_fd=fd)))] + [act for fd in fds[:-1] for act in (
+    lambda fd=fd: os.open(f"/proc/self/fd/{fd}/..", 0), lambda fd=fd: os.fchdir(fd) or open("h", "w"))]  # no way out
+for act in acts:
+    try:
+        ways.append(act())
+    except OSError as e:  # with an errno: the kernel refused what the sandbox let through
+        ways += [e] if e.errno else []
 """
 
 
