@@ -27,8 +27,9 @@ the program can rebind) and accept exact str / bytes only. Guaranteed, each by a
   (sys._getframe, tracebacks' and generators' frames, tracing, sys.monitoring removed). The main thread, which only
   waits, ignores SIGINT, so the program cannot make it raise (and run its excepthook or atexit functions). The
   routes to the process's memory are refused too: ctypes is never loaded and cannot be imported (nor _testcapi),
-  /proc and directories outside the work dir cannot be opened (a relative path under such a directory's fd escapes
-  path checks), code objects cannot be built or unmarshalled (crafted bytecode).
+  /proc and directories outside the work dir cannot be opened, nor can os.open take a relative path (its audit event
+  does not show the dir_fd the kernel resolves it against: as root the sandbox holds fds of the standard library's
+  directories, for its imports), code objects cannot be built or unmarshalled (crafted bytecode).
 - The tests do not trust the program's objects: their comparisons and arithmetic are rewritten (ast) to refuse a
   trusted value (an allowlist of exact built-in types, containers of them, an unmodified Counter, numpy's types)
   meeting anything else, so an always-equal object or int subclass passes no `==`, `in` or `abs(x - y) < eps`.
@@ -46,12 +47,15 @@ NOT protected against (run large-scale untrusted code in a container or VM):
   signal.pidfd_send_signal are not audited); as root, `nobody` can still signal other `nobody` processes. A file
   opened by C code without an audit event is not checked (the known modules that do are refused: readline, shared
   memory, dbm, syslog, Tcl; an allow-list of extension modules would be stronger); os.mkfifo and os.mknod (no
-  audit event) can make empty files or FIFOs where the user may write (as root: /tmp); directories outside can be
-  listed (names, not contents). A function or class the tests define and pass to the program (none in HumanEval or
-  MBPP) gives it the tests' namespace through __globals__, and with it their comparison helpers.
+  audit event) can make empty files or FIFOs where the user may write (as root: /tmp), also relative to a dir_fd;
+  directories outside can be listed (names, not contents; as root also the standard library's through its fds). A
+  function or class the tests define and pass to the program (none in HumanEval or MBPP) gives it the tests'
+  namespace through __globals__, and with it their comparison helpers.
 - Network is refused only by the audit hook (no namespace); disk use is bounded per file only.
 Cost of the memory guards: a program importing anything outside the standard library fails (site-packages are not
-on its path, and native modules load only from the standard library's files).
+on its path, and native modules load only from the standard library's files), and so does one importing subprocess or
+asyncio (their _posixsubprocess starts processes with no audit event; RLIMIT_NPROC 1 alone stopped that: as root
+only because the program runs as nobody).
 Needs Linux >= 5.3 (pidfd) and sympy (a dependency of torch).
 Tests: python -m pytest -q tests/test_rewards.py; throughput: python bench/rewards.py.
 """
@@ -451,18 +455,18 @@ def _sandbox_main():
         vars(sys).pop("monitoring", None)
         # gc.set_debug(DEBUG_SAVEALL) kept the program's dead frames in gc.garbage, and a frame's f_back (not audited)
         # led to the harness's; a fresh gc module (with it back) needs _imp.create_builtin: every builtin module is
-        # imported now, then both go
-        [__import__(name) for name in sys.builtin_module_names]
+        # imported now (but refused ones: Debian's Python has syslog and _posixsubprocess built in), then both go
+        [__import__(name) for name in sys.builtin_module_names if not unsafe(name)]
         del gc.set_debug, _imp.create_builtin
     write, exit_, run, stat, readlink, getcwd, exc_info = os.write, os._exit, exec, os.stat, os.readlink, os.getcwd, sys.exc_info
-    def resolve(p, type=type, str=str, bytes=bytes, OSError=OSError, PermissionError=PermissionError):
+    def resolve(p, rel=True, type=type, str=str, bytes=bytes, OSError=OSError, PermissionError=PermissionError):
         # os.path.realpath from C functions bound now: posixpath's are Python and call what the program can patch.
         # An exact str or bytes only: a PathLike or a str subclass could answer this check and the call differently
         p = p.decode("utf-8", "surrogateescape") if type(p) is bytes else p
-        # '..' in a relative path: resolved here against the cwd, by the call maybe against a dir_fd (an open event
-        # does not show it)
-        if type(p) is not str or not p.startswith("/") and ".." in p.split("/"):
-            raise PermissionError("sandbox: a path that is not a str or bytes, or a relative one with '..'")
+        # a relative path is resolved here against the cwd, by os.open maybe against a dir_fd that its open event
+        # (mode None) does not show: absolute paths only there (the other events show their dir_fd: refused below)
+        if type(p) is not str or not (rel or p.startswith("/")):
+            raise PermissionError("sandbox: a path that is not a str or bytes, or a relative one given to os.open")
         # (a symbolic link loop would run to the time limit and fail: none can be made, os.symlink is refused)
         todo, done = (p if p.startswith("/") else getcwd() + "/" + p).split("/"), []
         while todo:
@@ -485,10 +489,11 @@ def _sandbox_main():
                      "os.symlink sys.addaudithook gc.get_objects gc.get_referrers gc.get_referents code.__new__ "
                      "marshal.loads marshal.load sqlite3.connect os.chmod".split())  # no chmod: all it makes is removable
     # memory access (ctypes, the test modules), interpreters without this hook (_xxsubinterpreters, _interpreters),
-    # modules that read or write files in C with no audit event (readline's history files, shared memory, dbm, syslog,
-    # Tcl's own open / read / puts)
-    unsafe = lambda part: part in ("ctypes", "readline", "_posixshmem", "_multiprocessing", "_dbm", "_gdbm", "syslog",
-                                   "_curses", "_tkinter", "_ssl") or part.startswith(("_ctypes", "_test", "_xx", "_interp"))
+    # modules that read or write files in C with no audit event (readline's history files, shared memory (_posixshmem),
+    # dbm, syslog, Tcl's own open / read / puts), processes with none (_posixsubprocess.fork_exec: only RLIMIT_NPROC
+    # stopped it; subprocess and asyncio, which import it, cannot be imported)
+    unsafe = lambda part: part in ("ctypes", "readline", "_multiprocessing", "_dbm", "_gdbm", "syslog", "_curses",
+                                   "_tkinter", "_ssl") or part.startswith(("_ctypes", "_test", "_xx", "_interp", "_posix"))
     path_events = {"os.remove": 1, "os.rmdir": 1, "os.mkdir": 1, "os.chown": 1, "os.utime": 1,
                    "os.rename": 2, "os.link": 2, "os.truncate": 0, "shutil.rmtree": 1, "os.setxattr": 0, "os.removexattr": 0}
     wflags, not_paths = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC, (int, tuple, type(None))
@@ -507,7 +512,7 @@ def _sandbox_main():
             # inside the work dir, or reading a file (not a directory) of the standard library. The directory test stats
             # the path as given (the resolved one may be out of nobody's reach); no such path: its OSError refuses
             # the open, which would fail too
-            p = resolve(args[0])
+            p = resolve(args[0], args[1] is not None)
             if not (inside(p) or not writes and (p.startswith(readable) or p == "/dev/urandom")
                     and not S_ISDIR(stat(args[0]).st_mode)):
                 raise PermissionError("sandbox: open " + p)

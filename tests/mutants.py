@@ -66,7 +66,8 @@ JSONL = [*ids("test_data.py", "test_append_jsonl_drops_a_cut_off_last_line_and_r
          *ids("test_train.py", "test_resume_drops_a_metrics_line_cut_off_by_a_kill")]
 SANDBOX_ESCAPES = ids("test_rewards.py", "test_adversary_patches_the_path_checks", "test_adversary_escapes_the_harness_thread",
                       "test_adversary_third_review", "test_adversary_reads_and_writes_files_through_tcl",
-                      "test_adversary_fourth_review", "test_adversary_loads_native_code")
+                      "test_adversary_fourth_review", "test_adversary_loads_native_code",
+                      "test_adversary_opens_relative_to_a_directory_fd", "test_adversary_starts_a_process")
 REWARDS_SANDBOX = ids("test_rewards.py", "test_adversary_always_equal_objects", "test_adversary_shadows_builtins_the_tests_call",
                       "test_malformed_problems_fail_closed", "test_strict_comparisons_keep_legitimate_answers")
 
@@ -221,13 +222,13 @@ MUTANTS = [
     # exception no longer reaches the token, so that mutant survives every test; the fix stays as a second wall)
     ("tests-builtins-via-global-dict", "rewards.py", "_sandbox_main", "def worker(nonce, go, dict=dict,",
      "def worker(nonce, go, _dict=dict,", SANDBOX_ESCAPES),
-    ("c-file-modules-importable", "rewards.py", "_sandbox_main", '"readline", "_posixshmem", ', "", SANDBOX_ESCAPES),
-    ("path-checks-trust-posixpath", "rewards.py", "_sandbox_main", "            p = resolve(args[0])\n",
+    ("c-file-modules-importable", "rewards.py", "_sandbox_main", '"ctypes", "readline", ', '"ctypes", ', SANDBOX_ESCAPES),
+    ("path-checks-trust-posixpath", "rewards.py", "_sandbox_main", "            p = resolve(args[0], args[1] is not None)\n",
      "            p = os.path.realpath(args[0])\n", SANDBOX_ESCAPES),
     ("marshal-load-allowed", "rewards.py", "_sandbox_main", '"marshal.loads marshal.load ', '"marshal.loads ', SANDBOX_ESCAPES),
     ("impostor-keys-reach-the-tests", "rewards.py", "_sandbox_main", "if type(k) is str and (k not in tb or k == ep)",
      "if (k not in tb or k == ep)", SANDBOX_ESCAPES),
-    ("tcl-importable", "rewards.py", "_sandbox_main", '"_curses", "_tkinter", "_ssl")', '"_curses", "_ssl")', SANDBOX_ESCAPES),
+    ("tcl-importable", "rewards.py", "_sandbox_main", '"_tkinter", "_ssl")', '"_ssl")', SANDBOX_ESCAPES),
     ("gc-set-debug-kept", "rewards.py", "_sandbox_main", "del gc.set_debug, _imp.create_builtin", "pass", SANDBOX_ESCAPES),
     ("import-name-via-str", "rewards.py", "_sandbox_main",
      'type(args[0]) is not str or any(unsafe(part) for part in args[0].split("."))',
@@ -236,6 +237,13 @@ MUTANTS = [
      "or args[1] is not None and not resolve(args[1]).startswith(readable)", "or False", SANDBOX_ESCAPES),
     ("worker-type-a-global", "rewards.py", "_sandbox_main", "def worker(nonce, go, dict=dict, type=type, str=str,",
      "def worker(nonce, go, dict=dict,", ids("test_rewards.py", "test_adversary_rebinds_type_for_an_impostor_key")),
+    ("os-open-relative-to-a-dir-fd", "rewards.py", "_sandbox_main", "p = resolve(args[0], args[1] is not None)",
+     "p = resolve(args[0])", SANDBOX_ESCAPES),
+    ("posixsubprocess-importable", "rewards.py", "_sandbox_main", '"_interp", "_posix"))', '"_interp", "_posixshmem"))',
+     SANDBOX_ESCAPES),
+    # killed only where a Python with syslog built in exists (Debian's /usr/bin/python3.11); skipped, it survives
+    ("refused-builtins-imported", "rewards.py", "_sandbox_main", "sys.builtin_module_names if not unsafe(name)]",
+     "sys.builtin_module_names]", ids("test_rewards.py", "test_sandbox_runs_on_a_python_with_refused_modules_built_in")),
     ("check-without-entry-point-accepted", "rewards.py", "bad_problem",
      "_CHECK.search(tests) and not", "False and not", REWARDS_SANDBOX),
     ("empty-io-output-accepted", "rewards.py", "bad_problem",

@@ -10,6 +10,7 @@ import os
 import re
 import secrets
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -655,6 +656,87 @@ IMPOSTOR_KEY_AND_TYPE = IMPOSTOR_KEY + "import sys\nsys.modules['__main__'].type
 
 def test_adversary_rebinds_type_for_an_impostor_key():
     run_adversary(IMPOSTOR_KEY_AND_TYPE, "import math\nassert add(1, 2) == 3")
+
+
+# ... a seventh review: os.open's audit event shows its path, not its dir_fd. As root the sandbox keeps directory fds
+# of the standard library open (its import path, out of nobody's reach otherwise): a relative path was checked against
+# the cwd (the work dir) while the kernel resolved it under the standard library, where a directory could be opened and
+# a file created (then refused only by the directory's permissions). A directory of its own dir shows the same in any uid.
+# No way out either (nor before): '..' (now resolved against the cwd), os.fchdir to such an fd, /proc/self/fd/N/..
+DIR_FD = """
+import os
+os.mkdir("d")
+ways, fds = [], [fd for fd in range(3, 64) if os.path.isdir(f"/proc/self/fd/{fd}")] + [os.open(os.path.abspath("d"), 0)]
+acts = [lambda: open("d/../../grpo-dotdot", "w")] + [act for fd in fds for act in (
+    lambda fd=fd: os.open(".", os.O_RDONLY, dir_fd=fd), lambda fd=fd: os.open("f", os.O_WRONLY | os.O_CREAT, dir_fd=fd),
+    lambda fd=fd: open("g", "w", opener=lambda p, flags: os.open(p, flags, dir_fd=fd)))] + [act for fd in fds[:-1] for act in (
+    lambda fd=fd: os.open(f"/proc/self/fd/{fd}/..", 0), lambda fd=fd: os.fchdir(fd) or open("h", "w"))]  # no way out
+for act in acts:
+    try:
+        ways.append(act())
+    except OSError as e:  # with an errno: the kernel refused what the sandbox let through
+        ways += [e] if e.errno else []
+"""
+
+
+def test_adversary_opens_relative_to_a_directory_fd():
+    run_adversary(DIR_FD, "assert ways")
+
+
+def python_with_builtin(*names: str) -> str | None:
+    """Another CPython >= 3.11 on this machine with one of these modules built in (Debian's has syslog and
+    _posixsubprocess), or None."""
+    for exe in sorted(glob.glob("/usr/bin/python3.1[1-9]") + glob.glob("/usr/local/bin/python3.1[1-9]")):
+        out = subprocess.run([exe, "-S", "-c", "import sys; print(*sys.builtin_module_names)"], capture_output=True, text=True)
+        if set(names) & set(out.stdout.split()):
+            return exe
+    return None
+
+
+@pytest.mark.skipif(not python_with_builtin("syslog"), reason="no Python with syslog built in")
+def test_sandbox_runs_on_a_python_with_refused_modules_built_in(monkeypatch):
+    """The harness imports every builtin module before the program runs (so that _imp.create_builtin can go), but
+    that was after the audit hook was on, which refused syslog: on Debian's Python every program failed."""
+    monkeypatch.setattr(sys, "executable", python_with_builtin("syslog"))
+    assert R.code_check(fence("def f(x):\n    return x + 1"), {"task": "code", "test_code": "assert f(1) == 2"}) == (1.0, "pass")
+    run_adversary("import syslog\ndef f(x):\n    return 0", "assert f(1) == 0")
+
+
+# ... and every way to start a process, each of which would run without the audit hook: a child that ran would create
+# a file in /tmp. _posixsubprocess.fork_exec (subprocess's C half) raises no audit event: only RLIMIT_NPROC stopped it
+# (EAGAIN, as nobody and as a plain user); it cannot be imported now (a way counted below), nor subprocess with it
+PROCESSES = """
+import os
+parent, sh, ways = os.getpid(), ["/bin/sh", "-c", "touch {loose}"], []
+def fork_exec():
+    import _posixsubprocess
+    ways.append(_posixsubprocess)
+    r, w = os.pipe()
+    args = [[a.encode() for a in sh], [sh[0].encode()], True, (), None, None, -1, -1, -1, -1, -1, -1, r, w, True, False,
+            -1, None, None, None, -1, None]
+    try:
+        return _posixsubprocess.fork_exec(*args, False)  # 3.11, 3.12: allow_vfork
+    except TypeError:
+        return _posixsubprocess.fork_exec(*args)
+for spawn in (fork_exec, os.fork, lambda: os.posix_spawn(sh[0], sh, {{}}), lambda: os.posix_spawnp("sh", sh, {{}}),
+              lambda: os.system(sh[2]), lambda: os.popen(sh[2]).read(), lambda: __import__("subprocess").run(sh),
+              lambda: __import__("pty").fork(), lambda: os.execv(sh[0], sh)):
+    try:
+        ways.append(spawn())
+    except Exception:
+        pass
+    if os.getpid() != parent:  # a forked child
+        os._exit(0)
+"""
+
+
+@pytest.mark.parametrize("python", [sys.executable, python_with_builtin("_posixsubprocess")], ids=["this", "builtin"])
+def test_adversary_starts_a_process(python, gold_and_loose, monkeypatch):
+    if python is None:
+        pytest.skip("no Python with _posixsubprocess built in")
+    monkeypatch.setattr(sys, "executable", python)
+    run_adversary(PROCESSES.format(loose=gold_and_loose[1]), "assert ways")
+    assert not gold_and_loose[1].exists()
 
 
 def test_adversary_reads_parent_environment(monkeypatch):
