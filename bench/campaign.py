@@ -23,8 +23,9 @@ of the 0.5B grid), then its config's own flags, then --extra (e.g. a tiny smoke 
 checkpoint), then `eval.py --run DIR --data EVAL --problems P --n N`, which scores step 0 (base) and every
 checkpoint. While train.py runs, each new checkpoint is evaluated by the same command (one at a time, in
 the run's own log, never a .tmp folder being written; before the first checkpoint, which eval.py --run
-needs, step 0 alone by eval.py's own functions once config.json exists); a failed one is logged, training
-goes on. After training the command runs once more for what is left, timed as the record's eval_wall_s
+needs, step 0 alone by eval.py's own functions once config.json exists), its caching allocator capped at
+BESIDE_MEMORY of the GPU (CAPPED); a failed one is logged, training goes on. Training that fails after a new
+checkpoint is resumed from it (record: resumed_after_failure_at); with no new one since its start, the run fails. After training the command runs once more for what is left, timed as the record's eval_wall_s
 (with the wait for one still running; eval_while_training: true; --no-eval-while-training evaluates only
 after training). --until STEP (a multiple of --eval-every below the run's steps) trains
 only to STEP (`--steps STEP`, or `--resume --steps STEP`), evaluates, and writes no record: a later call
@@ -39,8 +40,8 @@ LOGS/NAME.lock is held (flock) while a run's job lives: a second campaign on the
 have no evaluation (missing_steps, with a warning) and how many starts of train.py made the run (sessions:
 its wall times are the last session's only).
 
-Left out: multi-GPU runs (torchrun) for one configuration, retrying a failed run (its log says why; the next
-call resumes it from its last checkpoint), --transfer evaluations (C2's single-agent-in-every-role rows:
+Left out: multi-GPU runs (torchrun) for one configuration, retrying a failed evaluation after training (its
+log says why; the next call resumes from there), --transfer evaluations (C2's single-agent-in-every-role rows:
 eval.py --transfer on a finished single run, by hand for now), stopping a run's concurrent evaluation when
 training fails (run_job waits for it: what it writes is kept for the next call).
 """
@@ -275,12 +276,27 @@ E.append_jsonl(path, {'step': 0, 'checkpoint': 'base', 'workflow': s['workflow']
 print(f"step 0 (base): pass@1 {r['pass@1']:.3f} +- {r['pass@1_se']:.3f}")
 """
 POLL_S = 5  # how often run_job looks for a new checkpoint to evaluate while training
+# An evaluation beside training runs with its caching allocator capped at this share of the GPU's memory (it
+# frees its cache before passing the cap, and fails rather than take more): on 2026-12-01 the two processes'
+# caches together exhausted an H200 and killed voting-ip-merged-s0's training at step 31. CAPPED runs `eval.py
+# ARGS` or `-c CODE ARGS` (BASE_EVAL) as `python -c CAPPED FRACTION ...` under it.
+BESIDE_MEMORY = 0.35
+CAPPED = """import runpy, sys, torch
+if torch.cuda.is_available():
+    torch.cuda.set_per_process_memory_fraction(float(sys.argv[1]))
+del sys.argv[:2]
+if sys.argv[0] == '-c':
+    exec(sys.argv.pop(1), {'__name__': '__main__'})
+else:
+    runpy.run_path(sys.argv[0], run_name='__main__')
+"""
 
 
 def start(cmd, env, log, beside=False):
     """Write the command to the log (BASE_EVAL by its name), start it with its output into the log. `beside`
     another process writing there (training's progress bar ends no line): on a line of its own."""
-    text = " ".join("<BASE_EVAL of bench/campaign.py>" if c == BASE_EVAL else c for c in cmd)
+    names = {BASE_EVAL: "<BASE_EVAL of bench/campaign.py>", CAPPED: "<CAPPED of bench/campaign.py>"}
+    text = " ".join(names.get(c, c) for c in cmd)
     log.write(("\n" if beside else "") + f"$ {text}\n")
     log.flush()
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -306,7 +322,8 @@ def train_watching(job, train, evaluate, base_eval, env, log, args):
             ckpts = checkpoint_steps(d)
             done = evaluated_steps(d, args.eval_data, args.eval_problems, args.eval_n)
             if done is not None and {0, *ckpts} - done and ckpts != failed_at:
-                ev = start(evaluate if ckpts else base_eval, env, log, beside=True)
+                cmd = evaluate if ckpts else base_eval
+                ev = start([cmd[0], "-c", CAPPED, str(BESIDE_MEMORY), *cmd[1:]], env, log, beside=True)
                 ev.ckpts, job["evaluating"] = ckpts, ckpts[-1] if ckpts else 0
         time.sleep(POLL_S)
     if ev is not None:
@@ -357,9 +374,14 @@ def locked_job(job, gpu, args, lock):
     t0 = time.time()
     with open(os.path.join(args.logs, job["run"] + ".log"), "a") as log:
         job["phase"] = "train"
-        if train_watching(job, train, evaluate, base_eval, env, log, args):
-            job["phase"] = f"FAILED in train (see {log.name})"
-            return
+        begun, job["resumes"] = max(checkpoint_steps(d), default=0), []
+        while train_watching(job, train, evaluate, base_eval, env, log, args):  # failed: resume if it got further
+            if (last := max(checkpoint_steps(d), default=0)) <= begun:
+                job["phase"] = f"FAILED in train (see {log.name})"
+                return
+            log.write(f"\ncampaign: training failed after its checkpoint at step {last}: resumed from there\n")
+            begun, train = last, [py, "train.py", "--out", d, "--resume", "--steps", str(target)]
+            job["resumes"].append(last)
         job["train_wall_s"], t0 = round(time.time() - t0), time.time()
         job["phase"] = "eval"
         if start(evaluate, env, log).wait():
@@ -373,6 +395,7 @@ def locked_job(job, gpu, args, lock):
     record = build_record(d, job["name"], args.model_name, args.eval_data, args.eval_problems, args.eval_n,
                           {"gpu": gpu_name(gpu), "runs_per_gpu": args.per_gpu, "train_wall_s": job["train_wall_s"],
                            "eval_wall_s": job["eval_wall_s"], "eval_while_training": args.eval_while_training,
+                           "resumed_after_failure_at": job["resumes"],
                            "command": " ".join(fresh[1:]), "eval_command": " ".join(evaluate[1:])})
     with lock:
         save_record(args.results, record)

@@ -133,8 +133,9 @@ class FakeProcesses:
     to evaluate (a .tmp folder is not one), the base-only one only before the first checkpoint."""
     TMP_POLLS = 4
 
-    def __init__(self, problems=4, n=1, eval_rc=(), train_rc=0, final_rc=0):
+    def __init__(self, problems=4, n=1, eval_rc=(), train_rc=0, final_rc=0, fail_at=None):
         self.cmds, self.evals, self.training, self.eval_rc, self.train_rc = [], 0, None, list(eval_rc), train_rc
+        self.fail_at = fail_at  # the first train.py to reach this step (its checkpoint written) exits with 1
         self.final_rc, self.history = final_rc, []  # (final: started after training, steps found, exit status)
         self.settings, self.idle_with_tmp, self.started_while_training = {"problems": problems, "n": n, "chunk": 256 // n,
                                                                           "data": "builtin-test-seed0"}, 0, []
@@ -171,6 +172,8 @@ class FakeProcesses:
                 if self.polls - self.tmp[1] >= self.w.TMP_POLLS:
                     os.rename(self.tmp[0], self.tmp[0][:-4])
                     self.tmp = None
+            elif self.step == self.w.fail_at:
+                self.returncode, self.w.training, self.w.fail_at = 1, None, None
             elif self.step < self.target:
                 self.step += 1
                 with open(os.path.join(self.out, "metrics.jsonl"), "a") as f:
@@ -187,6 +190,11 @@ class FakeProcesses:
     class Eval:
         def __init__(self, world, cmd):
             assert world.evals == 0, "two evaluations of a run at once"
+            if cmd[1:3] == ["-c", campaign.CAPPED]:  # beside training, under the memory cap: what it runs
+                assert world.training and cmd[3] == str(campaign.BESIDE_MEMORY)
+                cmd = [cmd[0], *cmd[4:]]
+            else:
+                assert not world.training, "an evaluation beside training without the memory cap"
             self.w, self.cmd, self.polls, self.returncode, self.run = world, cmd, 0, None, cmd[3]
             found = ckpts(self.run)
             if cmd[1] == "-c":  # the base alone: only before the first checkpoint
@@ -255,7 +263,26 @@ def test_evaluates_while_training(tmp_path, fake):
     assert r["eval_while_training"] is True and [p["step"] for p in r["curve"]] == [0, 2, 4, 6]
     assert r["steps_done"] == 6 and r["eval_command"] == " ".join(final[1:])
     log = open(tmp_path / "runs" / "logs" / "single-s0.log").read()  # every command, in order
-    assert [line[2:] for line in log.splitlines() if line.startswith("$ ")] == [" ".join(c).replace(campaign.BASE_EVAL, "<BASE_EVAL of bench/campaign.py>") for c in world.cmds]
+    names = {campaign.BASE_EVAL: "<BASE_EVAL of bench/campaign.py>", campaign.CAPPED: "<CAPPED of bench/campaign.py>"}
+    assert [line[2:] for line in log.splitlines() if line.startswith("$ ")] == [" ".join(names.get(a, a) for a in c)
+                                                                               for c in world.cmds]
+
+
+def test_training_resumes_after_a_failure(tmp_path, fake, capsys):
+    """Training that fails after a new checkpoint (e.g. CUDA out of memory) is resumed from it and recorded
+    with the step; one that fails with no new checkpoint since it started fails the run."""
+    d = str(tmp_path / "runs" / "single-s0")
+    world = fake(fail_at=4)
+    assert campaign_main(tmp_path) == 0
+    trains = [c for c in world.cmds if c[1] == "train.py"]
+    assert len(trains) == 2 and trains[1] == [sys.executable, "train.py", "--out", d, "--resume", "--steps", "6"]
+    [r] = campaign.read_jsonl(tmp_path / "c.jsonl")
+    assert r["resumed_after_failure_at"] == [4] and [p["step"] for p in r["curve"]] == [0, 2, 4, 6]
+    assert "training failed after its checkpoint at step 4: resumed from there" in open(
+        tmp_path / "runs" / "logs" / "single-s0.log").read()
+    world = fake(fail_at=0)  # fails before its first checkpoint: not retried
+    assert campaign_main(tmp_path, "--force") == 1
+    assert [c[1] for c in world.cmds].count("train.py") == 1 and "FAILED in train" in capsys.readouterr().out
 
 
 def test_no_eval_while_training(tmp_path, fake):
@@ -327,24 +354,21 @@ def test_until_refused(tmp_path, fake, capsys, until):
 
 def test_base_evaluation_is_eval_pys(tmp_path):
     """BASE_EVAL (step 0 before the first checkpoint) writes the line `eval.py --run` writes for step 0, which
-    then skips it. In a process of its own: eval.main in this one left tests/test_rewards.py's MBPP check
-    failing later in the suite (CPython 3.11's 'AST constructor recursion depth mismatch')."""
+    then skips it; both as started beside training, through CAPPED (its memory cap itself needs a GPU)."""
     a, b = str(tmp_path / "a"), str(tmp_path / "b")
     flags = ["--problems", "3", "--n", "2", "--no-plots", "--device", "cpu"]
-    script = f"""import shutil, sys, eval, train
-train.main(["--model", "tiny", "--steps", "1", "--problems", "2", "--group", "2", "--max-new-tokens", "6",
-            "--device", "cpu", "--out", {a!r}])
-shutil.copytree({a!r}, {b!r})
-sys.argv = ["-c", {a!r}, *{flags!r}]  # as `python -c BASE_EVAL a FLAGS` sees them
-exec({campaign.BASE_EVAL!r}, {{}})
-eval.main(["--run", {b!r}, *{flags!r}])
-eval.main(["--run", {a!r}, *{flags!r}])
-"""
-    p = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True)
+    train = ["--model", "tiny", "--steps", "1", "--problems", "2", "--group", "2", "--max-new-tokens", "6", "--device", "cpu"]
+    run = lambda *cmd: subprocess.run([sys.executable, *cmd], cwd=ROOT, capture_output=True, text=True)
+    p = run("train.py", *train, "--out", a)
     assert p.returncode == 0, p.stderr[-2000:]
+    shutil.copytree(a, b)
+    capped = ["-c", campaign.CAPPED, "0.35"]
+    for p in run(*capped, "-c", campaign.BASE_EVAL, a, *flags), run(*capped, "eval.py", "--run", b, *flags), \
+            (last := run(*capped, "eval.py", "--run", a, *flags)):
+        assert p.returncode == 0, p.stderr[-2000:]
     base, one = campaign.read_jsonl(os.path.join(a, "eval.jsonl"))
     assert base == campaign.read_jsonl(os.path.join(b, "eval.jsonl"))[0] and (base["step"], one["step"]) == (0, 1)
-    assert "step 0: already in" in p.stdout
+    assert "step 0: already in" in last.stdout
 
 
 # --- bench/carry.sh: a run folder's last checkpoint from one GPU session to the next ------------------------
