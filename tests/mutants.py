@@ -259,6 +259,14 @@ MUTANTS = [
      ids("test_campaign.py", "test_save_record_two_processes_and_a_kill")),
     ("campaign-save-in-place", "bench/campaign.py", "save_record", 'open(results + ".tmp", "w")', 'open(results, "w")',
      ids("test_campaign.py", "test_save_record_two_processes_and_a_kill")),
+    # an evaluation beside training without its memory cap (it killed a run's training on the H200), and training
+    # that fails after a checkpoint not resumed, or resumed forever
+    ("campaign-eval-beside-uncapped", "bench/campaign.py", "train_watching", '[cmd[0], "-c", CAPPED, str(BESIDE_MEMORY), *cmd[1:]]',
+     "cmd", ids("test_campaign.py", "test_evaluates_while_training")),
+    ("campaign-no-resume-after-failure", "bench/campaign.py", "locked_job", "<= begun:", "<= 10**9:",
+     ids("test_campaign.py", "test_training_resumes_after_a_failure")),
+    ("campaign-resume-without-progress", "bench/campaign.py", "locked_job", "<= begun:", "< 0:",
+     ids("test_campaign.py", "test_training_resumes_after_a_failure")),
 ]
 
 
