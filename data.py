@@ -174,8 +174,8 @@ def load_problems(path: str, task: str | None = None, limit: int | None = None) 
 def read_jsonl(path, quiet=False) -> list:
     """The JSON lines of path ([] if there is none). A last line without its newline (an append cut off, or one
     being written) is skipped, with a warning naming the file unless quiet (a status poll)."""
-    text = Path(path).read_text() if Path(path).exists() else ""
-    *lines, tail = text.split("\n")  # tail: '' when the file ends in a newline
+    # tail: '' when the file ends in a newline
+    *lines, tail = (Path(path).read_text() if Path(path).exists() else "").split("\n")
     if tail.strip() and not quiet:
         print(f"warning: {path}: its last line has no newline (an append cut off?): skipped", file=sys.stderr)
     return [json.loads(line) for line in lines if line.strip()]

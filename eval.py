@@ -36,7 +36,7 @@ import lora
 from data import append_jsonl, builtin_problems, load_problems, read_jsonl
 from models import TINY, load_default_model
 from train import checkpoints
-from workflows import WORKFLOWS, adapter_map, answer_monitor, make_policy, mean, run_workflow
+from workflows import WORKFLOWS, adapter_map, answer_monitor, fmt, make_policy, mean, run_workflow
 
 EVAL_KEYS = ("n", "temperature", "greedy", "max_new_tokens", "top_p", "max_prompt_tokens", "rounds", "voters",
              "ks", "seed", "chunk")  # settings that evaluate() takes as they are
@@ -112,24 +112,20 @@ def diagnostics(workflow, episodes, task="math"):
 
 # ----------------------------------------------------------------------------- tables and plots
 
-def _f(x, spec=".3f"):
-    return "-" if x is None else format(x, spec)
-
-
 def format_result(r):
     """One evaluation as lines: accuracies, a per-role table, the workflow diagnostics."""
     d = r["diagnostics"]
     lines = [f"pass@1 {r['pass@1']:.3f} ± {r['pass@1_se']:.3f} ({r['problems']} problems x {r['n']} samples)  greedy "
-             f"{_f(r['greedy'])}" + "".join(f"  pass@{k} {v:.3f}" for k, v in r["pass@k"].items()),
-             f"most common final answer ({_f(d.get('answer_top_share'), '.2f')} of those with one): "
+             f"{fmt(r['greedy'])}" + "".join(f"  pass@{k} {v:.3f}" for k, v in r["pass@k"].items()),
+             f"most common final answer ({fmt(d.get('answer_top_share'), '.2f')} of those with one): "
              f"{' '.join(str(d.get('answer_top') or '-').split())}",
              f"{'role':<13}{'calls':>7}{'mean len':>10}{'trunc':>8}{'right':>8}{'degenerate':>12}"]
     for role, s in d["roles"].items():  # degenerate: share of the role's rewarded answers (older records: -)
-        lines.append(f"{role:<13}{s['calls']:>7}{_f(s['mean_length'], '.1f'):>10}{_f(s['truncation_rate'], '.2f'):>8}"
-                     f"{_f(s['correct'], '.2f'):>8}{_f(s.get('degenerate_rewarded'), '.2f'):>12}")
+        lines.append(f"{role:<13}{s['calls']:>7}{fmt(s['mean_length'], '.1f'):>10}{fmt(s['truncation_rate'], '.2f'):>8}"
+                     f"{fmt(s['correct'], '.2f'):>8}{fmt(s.get('degenerate_rewarded'), '.2f'):>12}")
     for part, section in d.items():  # the workflow's own sections (WORKFLOWS[workflow].stats)
         if isinstance(section, dict) and part != "roles":
-            text = ", ".join(f"{k} {_f(v) if v is None or isinstance(v, float) else v}" for k, v in section.items())
+            text = ", ".join(f"{k} {fmt(v) if v is None or isinstance(v, float) else v}" for k, v in section.items())
             lines.append(textwrap.fill(f"{part}: {text}", 110, subsequent_indent="  "))
     return lines
 
@@ -147,14 +143,13 @@ def run_table(run, records):
              f"{'step':>6}  {'pass@1 ± se':<15}{'greedy':>7}" + "".join(f"{'pass@' + k:>8}" for k in r0["pass@k"])
              + f"{'top ans':>8}  diagnostics"]  # pass@k: the same ks on every row (one settings)
     for r in records:  # top ans: the share of final answers that equal the most common one
-        lines.append(f"{r['step']:>6}  {r['pass@1']:.3f} ± {r['pass@1_se']:.3f}  {_f(r['greedy']):>7}"
+        lines.append(f"{r['step']:>6}  {r['pass@1']:.3f} ± {r['pass@1_se']:.3f}  {fmt(r['greedy']):>7}"
                      + "".join(f"{v:>8.3f}" for v in r["pass@k"].values()) +
-                     f"{_f(r['diagnostics'].get('answer_top_share'), '.2f'):>8}  "
+                     f"{fmt(r['diagnostics'].get('answer_top_share'), '.2f'):>8}  "
                      f"{WORKFLOWS[r['workflow']].headline(r['diagnostics'])}".rstrip())  # the workflow's key facts
     base, peak, final = summary(records)
     lines.append(f"base {base['pass@1']:.3f} | peak {peak['pass@1']:.3f} at step {peak['step']} | final "
-                 f"{final['pass@1']:.3f} at step {final['step']} | "
-                 f"final - base {final['pass@1'] - base['pass@1']:+.3f}")
+                 f"{final['pass@1']:.3f} at step {final['step']} | final - base {final['pass@1'] - base['pass@1']:+.3f}")
     return "\n".join(lines)
 
 

@@ -147,8 +147,7 @@ def check_logits(model, tokens=32):
     """ValueError unless completion_logprobs gives the log-probs of the model's own forward logits (what
     the sampler draws from) on a short sequence: it refuses a model whose logit post-processing
     output_head lacks (e.g. Falcon-H1's lm_head_multiplier) rather than train it on wrong ratios."""
-    vocab = model.config.get_text_config().vocab_size
-    ids = torch.arange(1, tokens + 1, device=next(model.parameters()).device) % vocab
+    ids = torch.arange(1, tokens + 1, device=next(model.parameters()).device) % model.config.get_text_config().vocab_size
     with torch.no_grad():
         ours = completion_logprobs(model, [ids[:1].tolist()], [ids[1:].tolist()])[0][0]
         logp = torch.log_softmax(model(input_ids=ids[None]).logits[0, :-1].float(), -1)

@@ -58,8 +58,7 @@ def left_pad(prompts, pad_id, device):
     L = max(len(p) for p in prompts)
     ids = torch.tensor([[pad_id] * (L - len(p)) + list(p) for p in prompts], dtype=torch.long)
     mask = (torch.arange(L) >= L - torch.tensor([len(p) for p in prompts])[:, None]).long()
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    return ids.to(device), mask.to(device), positions.to(device)
+    return ids.to(device), mask.to(device), (mask.cumsum(-1) - 1).clamp(min=0).to(device)  # positions: from the mask
 
 
 def pick(logits, temperature, top_k, top_p, generator):

@@ -258,7 +258,6 @@ def optimizer_step(model, adapter, rows, adv, old_lp, ref_lp, opt, args, stats):
     params = lora.adapter_parameters(model, adapter)
     lora.set_adapter(model, adapter)
     model.train()
-    opt.zero_grad(set_to_none=True)
     for p in params:  # zeros, not None: where no row runs, AdamW still moves its moments, as a full pass would
         p.grad = torch.zeros_like(p)
     finite, role_grads, before = True, {}, 0
@@ -352,9 +351,8 @@ def role_metrics(rows, s, degenerate):
             # per token of the rows the update ran (advantage != 0 or a KL term); None when it ran none
             **{name: s[key] / s["train_tokens"] if s["train_tokens"] else None for name, key in (
                ("entropy", "entropy_sum"), ("clip_fraction", "clipped"), ("kl", "kl_sum"), ("logprob_gap", "gap_sum"))},
-            "optimizer_steps": s["optimizer_steps"],  # I6 (--coherence): cos(g, EMA) and the gradient's scale
-            **({"coherence_cos": mean([c for c, _ in s["coherence"]]), "coherence_scale": mean([k for _, k in s["coherence"]])}
-               if s["coherence"] else {}),
+            "optimizer_steps": s["optimizer_steps"],  # I6 (--coherence): mean cos(g, EMA) and gradient scale
+            **dict(zip(("coherence_cos", "coherence_scale"), map(mean, zip(*s["coherence"])))),  # none without I6
             "diag_correct": mean([r.correct for r in rows if r.correct is not None])}
 
 

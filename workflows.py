@@ -126,9 +126,8 @@ def parse_strategies(text, max_strategies=3):
     """(strategies, how), never empty, at most max_strategies: 'STRATEGY k: ...' lines ('tagged');
     else numbered or bulleted list items ('list'); else lines of 3+ words that do not end with ':'
     (a heading like 'Here are the strategies:' is not a strategy) ('lines'); else the whole text."""
-    for how, found in (("tagged", _STRATEGY.findall(text)), ("list", _LIST_ITEM.findall(text)),
-                       ("lines", [l.strip() for l in text.splitlines()
-                                  if len(l.split()) >= 3 and not l.strip().endswith(":")])):
+    lines = [l.strip() for l in text.splitlines() if len(l.split()) >= 3 and not l.strip().endswith(":")]
+    for how, found in (("tagged", _STRATEGY.findall(text)), ("list", _LIST_ITEM.findall(text)), ("lines", lines)):
         if found:
             return found[:max_strategies], how
     return [text.strip()], "whole"
@@ -215,9 +214,8 @@ def make_policy(model, tokenizer, adapters, max_new_tokens=512, temperature=0.7,
         prompts = [chat_ids(tokenizer, t) for t in texts]
         keep = [i for i, p in enumerate(prompts) if len(p) <= max_prompt_tokens]
         with lora.merged(model):  # the adapter folded in: sampling costs what the base model does
-            done = sample(model, [prompts[i] for i in keep], n=1, max_new_tokens=max_new_tokens,
-                          temperature=temperature, top_p=top_p, top_k=top_k, stop_ids=stops,
-                          pad_id=tokenizer.pad_token_id, generator=generator)
+            done = sample(model, [prompts[i] for i in keep], n=1, max_new_tokens=max_new_tokens, temperature=temperature,
+                          top_p=top_p, top_k=top_k, stop_ids=stops, pad_id=tokenizer.pad_token_id, generator=generator)
         turns = {i: Turn(role, role, prompts[i], c.tokens, c.logprobs, c.finish,
                          tokenizer.decode(c.tokens, skip_special_tokens=True)) for i, c in zip(keep, done)}
         policy.stages.append([role, len(done), sum(len(c.tokens) for c in done), time.perf_counter() - start])
@@ -255,6 +253,11 @@ def _history(ep):
 
 def mean(xs):
     return float(np.mean(xs)) if len(xs) else None
+
+
+def fmt(x, spec=".3f"):
+    """A number for a table: '-' for None (no data)."""
+    return "-" if x is None else format(x, spec)
 
 
 def _answers_right(ep):
@@ -345,9 +348,9 @@ def _evalopt_stats(episodes, task):
 
 def _evalopt_headline(d):
     e = d["evaluator"]
-    accuracy = "-" if e["verdict_accuracy"] is None else format(e["verdict_accuracy"], ".2f")
-    return (f"verdict acc {accuracy} ({e['unparseable']} unparseable), approved wrong {e['approved_wrong']}, "
-            f"rejected right {e['rejected_right']}, retry fixed {e['retry_fixed']}/{e['retried_wrong']}")
+    return (f"verdict acc {fmt(e['verdict_accuracy'], '.2f')} ({e['unparseable']} unparseable), approved wrong "
+            f"{e['approved_wrong']}, rejected right {e['rejected_right']}, "
+            f"retry fixed {e['retry_fixed']}/{e['retried_wrong']}")
 
 
 def _answers(policy, role, eps, jobs, count_key):
