@@ -420,15 +420,15 @@ class ExecResult:
 # and it runs in a second thread, where Python refuses to install signal handlers (a handler's frame argument
 # would lead back to these frames); frames are otherwise refused by the audit hook.
 def _sandbox_main():
-    import _collections, _imp, _signal, _stat, _thread, ast, builtins, collections, gc, json, os, resource, sys  # no ctypes
-    job_path, result_fd = sys.argv[1], int(sys.argv[2])
+    import _imp, _stat, builtins, gc, json, os, resource, sys  # no ctypes
+    job_path, req_fd, resp_fd = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     with open(job_path) as f:
         job = json.load(f)
     os.remove(job_path)                                   # holds the nonce and the tests
     sys.path[:] = [p for p in sys.path if p]  # the standard library only: not the cwd (the program could plant math.py
     # there), not site-packages (native modules such as _cffi_backend read memory and files)
     if child := os.fork():   # the intermediate: keeps the caller's identity and waits; the caller keeps the clock
-        os.close(result_fd)
+        os.close(req_fd), os.close(resp_fd)
         code = os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
         os._exit(code if code >= 0 else 128 - code)
     if os.geteuid() == 0:
@@ -458,7 +458,7 @@ def _sandbox_main():
         # imported now (but refused ones: Debian's Python has syslog and _posixsubprocess built in), then both go
         [__import__(name) for name in sys.builtin_module_names if not unsafe(name)]
         del gc.set_debug, _imp.create_builtin
-    write, exit_, run, stat, readlink, getcwd, exc_info = os.write, os._exit, exec, os.stat, os.readlink, os.getcwd, sys.exc_info
+    run, stat, readlink, getcwd = exec, os.stat, os.readlink, os.getcwd
     def resolve(p, rel=True, type=type, str=str, bytes=bytes, OSError=OSError, PermissionError=PermissionError):
         # os.path.realpath from C functions bound now: posixpath's are Python and call what the program can patch.
         # An exact str or bytes only: a PathLike or a str subclass could answer this check and the call differently
@@ -524,113 +524,170 @@ def _sandbox_main():
         code = compile(job["code"], "<solution>", "exec")
         lock_down()
         return run(code, {"__name__": "__main__", "__builtins__": builtins})
-    # Strict comparisons for the tests: a comparison or arithmetic between a trusted value and anything else
-    # raises, so an always-equal object (a plain class or an int subclass) cannot pass `assert f(x) == 7` or
-    # `abs(f(x) - 7) < 1e-6`. Trusted: these exact types (by identity: a metaclass can fake == and hash),
-    # containers checked element by element, Counter only while unmodified, numpy's C types unless holding objects
-    flags, items, c = type.__dict__["__flags__"].__get__, dict.items, collections
-    views = {id(type(v)) for v in ({}.keys(), {}.values(), {}.items())}
-    atoms = {id(t) for t in (int, float, complex, bool, str, bytes, bytearray, type(None), range)}
-    seqs = {id(t) for t in (list, tuple, set, frozenset, _collections.deque)} | views
-    maps, counter, counter_dict = {id(t) for t in (dict, c.OrderedDict, c.defaultdict)}, c.Counter, dict(vars(c.Counter))
-    def plain(x, type=type, all=all, vars=vars, id=id):
-        t = type(x)
-        if id(t) in atoms:
-            return True
-        if id(t) in seqs:
-            return all(plain(v) for v in x)
-        if id(t) in maps or t is counter and vars(t) == counter_dict:
-            return all(plain(k) and plain(v) for k, v in items(x))
-        return not flags(t) & 512 and type.__dict__["__module__"].__get__(t) == "numpy" and x.dtype.kind != "O"
-    def arith(op, a, b, TypeError=TypeError):
-        if plain(a) != plain(b):
-            raise TypeError("sandbox: a value met an object of a class defined in Python")
-        return op(a, b)
-    def cmp(ops, *thunks, len=len, type=type, dict=dict, enumerate=enumerate):  # builtins bound now: the program
-        # could rebind them while the tests call it  # a chain a < b < c: each operand evaluated once, as Python does
-        a = thunks[0]()
-        for k, op in enumerate(ops):
-            b = thunks[k + 1]()
-            r = arith(op, *(dict(v) if type(v) is counter else v for v in (a, b)))  # its __eq__ is patchable Python
-            if not r or k + 1 == len(ops):
-                return r
-            a = b
-    fn = lambda args, body: ast.Lambda(ast.arguments([], [ast.arg(a) for a in args], None, [], [], None, []), body)
-    x, y = ast.Name("x", ast.Load()), ast.Name("y", ast.Load())
-    call = lambda f, *a: ast.Call(ast.Name(f, ast.Load()), list(a), [])
-    class Strict(ast.NodeTransformer):
-        def visit_Compare(self, node):
-            self.generic_visit(node)
-            if all(isinstance(o, (ast.Is, ast.IsNot)) for o in node.ops):
-                return node
-            ops = ast.Tuple([fn("xy", ast.Compare(x, [o], [y])) for o in node.ops], ast.Load())
-            return call("_sbx_cmp", ops, *(fn("", e) for e in [node.left, *node.comparators]))
-        def visit_BinOp(self, node):
-            self.generic_visit(node)
-            return call("_sbx_bin", fn("xy", ast.BinOp(x, node.op, y)), node.left, node.right)
-    nonce, ep, check = job.pop("nonce").encode(), job["entry_point"], job["check"]
-    saved, clear, update = dict(builtins.__dict__), builtins.__dict__.clear, builtins.__dict__.update
-    def worker(nonce, go, dict=dict, type=type, str=str, type_name=type.__dict__["__name__"].__get__):
-        go.acquire()
-        try:  # compiled before any of it runs (a syntax error in the program fails here)
-            tree = ast.fix_missing_locations(Strict().visit(ast.parse(job["tests"])))
-            codes = [compile(src, "<%s>" % name, "exec", dont_inherit=True, optimize=0)
-                     for name, src in (("setup", job["setup"]), ("code", job["code"]), ("tests", tree))]
-            setup_ns = {"__name__": "__main__", "__builtins__": builtins}
-            run(codes[0], setup_ns)
-            g = dict(setup_ns)
-            run(codes[1], g)
-            clear(); update(saved)
-            # the tests' namespace: the program's names except those shadowing a builtin (the entry point may),
-            # the setup's names over the program's (e.g. a helper the prompt gave), private builtins, strict ops; str
-            # keys only (an object hashing and comparing like '_sbx_cmp', inserted first, took that name's slot)
-            tb = dict(saved)
-            ns = {k: v for k, v in g.items() if type(k) is str and (k not in tb or k == ep)}
-            ns.update({k: v for k, v in setup_ns.items() if k != ep}, __builtins__=tb, _sbx_cmp=cmp, _sbx_bin=arith)
-            run(codes[2], ns)
-            if check:
-                ns["check"](ns[ep])
-            write(result_fd, nonce)
-            exit_(0)
-        except:  # noqa: E722 (bare: `except BaseException` looks the name up, which the program can rebind); no repr
-            write(2, ("harness: " + type_name(exc_info()[0])).encode())  # of its objects: that runs its code here
-        finally:  # this thread never ends with an exception: its frame (and the nonce) would reach the program
-            exit_(1)
-    go, wait = _thread.allocate_lock(), _thread.allocate_lock()
-    go.acquire(); wait.acquire()
-    # SIGINT (the only signal whose default raises: KeyboardInterrupt) ignored in this thread, which the program can
-    # signal (pidfd_send_signal is not audited) but not give a handler: an exception here ran its excepthook / atexit
-    _signal.signal(_signal.SIGINT, _signal.SIG_IGN)
-    _thread.start_new_thread(worker, (nonce, go))  # not threading.Thread: its object would hold the arguments
-    del nonce
+    # tests: setup and program run, then their top-level names are served to the judge, a request a line. Nothing
+    # here is trusted (the program may rebind all of it): the judge decides, from the plain values it decodes
+    enc, dec = _wire(job["depth"])
+    requests, replies, g = os.fdopen(req_fd, "rb"), os.fdopen(resp_fd, "wb"), {"__name__": "__main__", "__builtins__": builtins}
+    codes = [compile(src, "<%s>" % name, "exec") for name, src in (("setup", job["setup"]), ("code", job["code"]))]
     lock_down()
-    go.release()
+    for code in codes:
+        run(code, g)
+    replies.write(b'["ok", ["atom", null]]\n')  # ran to the end: the judge waits for this before any test
+    replies.flush()
+    for line in requests:
+        try:
+            op, target, args, kwargs = json.loads(line)  # get a global, or call / getattr / setattr an object
+            obj, args, kwargs = g[target] if op == "get" else dec(["ref", target]), [*map(dec, args)], {k: dec(v) for k, v in kwargs}
+            value = obj if op == "get" else obj(*args, **kwargs) if op == "call" else (getattr, setattr)[op == "setattr"](obj, *args)
+            reply = ["ok", enc(value)]
+        except BaseException as e:  # noqa: B036 (SystemExit from the program is an answer too)
+            name = type(e).__name__
+            reply = ["raise", name if getattr(builtins, name, None) is type(e) else "Exception"]
+        replies.write(json.dumps(reply).encode() + b"\n")
+        replies.flush()
+
+
+def _wire(depth, handle=None):
+    """The values judge and program exchange, as tagged JSON lists of exact built-in types, decoded into fresh
+    objects (never eval or pickle); an iterator is sent as its first items ("iter"). Anything else the program
+    sends is a handle ("ref", i) into its table, which the judge decodes as handle(i) and may only send back;
+    the judge cannot send other objects (TypeError). Returns (encode, decode); source shared by both processes."""
+    import builtins, collections, itertools
+    kinds = {list: "list", tuple: "tuple", set: "set", frozenset: "frozenset", collections.deque: "deque",
+             dict: "dict", collections.defaultdict: "dict", collections.OrderedDict: "OrderedDict",
+             collections.Counter: "Counter"}
+    types, table, handles = {name: t for t, name in kinds.items() if t is not collections.defaultdict}, [], {}
+    def enc(x, d=0):
+        t, k = type(x), kinds.get(type(x))
+        if d > depth:
+            raise ValueError("too deeply nested")
+        if x is None or t is bool or t is str:
+            return ["atom", x]
+        if t in (int, float, bytes):
+            return [t.__name__, hex(x) if t is int else x.hex()]  # hex: no digit limit
+        if t is complex:
+            return ["complex", x.real.hex(), x.imag.hex()]
+        if k in ("dict", "OrderedDict", "Counter"):
+            return [k, [[enc(a, d + 1), enc(b, d + 1)] for a, b in x.items()]]
+        if k:
+            return [k, [enc(v, d + 1) for v in x]]
+        if handle is not None and t is handle:
+            return ["ref", x.i]
+        if t is type and getattr(builtins, x.__name__, None) is x:  # int, str, ...: as arguments (isinstance)
+            return ["type", x.__name__]
+        if hasattr(t, "__next__"):
+            return ["iter", [enc(v, d + 1) for v in itertools.islice(x, 100_000)]]
+        if handle is not None:
+            raise TypeError("cannot send a %s to the program" % t.__name__)
+        table.append(x)
+        return ["ref", len(table) - 1]
+    def dec(m, d=0):
+        if d > depth or type(m) is not list or len(m) != 2 + (m[:1] == ["complex"]) or type(m[0]) is not str:
+            raise ValueError("malformed")
+        tag, v = m[0], m[1]
+        if tag == "atom" and (v is None or type(v) in (bool, str)):
+            return v
+        if tag in ("int", "float", "bytes", "complex") and type(v) is str:
+            return int(v, 16) if tag == "int" else bytes.fromhex(v) if tag == "bytes" else \
+                float.fromhex(v) if tag == "float" else complex(float.fromhex(v), float.fromhex(m[2]))
+        if tag == "type" and type(v) is str and type(getattr(builtins, v, None)) is type:
+            return getattr(builtins, v)
+        if tag == "ref" and type(v) is int and 0 <= v:
+            return table[v] if handle is None else handles.setdefault(v, handle(v))
+        if type(v) is not list or tag not in types and tag != "iter":
+            raise ValueError("malformed")
+        if tag in ("dict", "OrderedDict", "Counter"):
+            return types[tag](dict((dec(a, d + 1), dec(b, d + 1)) for a, b in v))
+        items = [dec(x, d + 1) for x in v]
+        return iter(items) if tag == "iter" else types[tag](items)
+    return enc, dec
+
+
+def _judge_main():  # runs as its own program (python -S -c; argv: request fd, reply fd, result fd; the job on stdin)
+    """The tests, outside the program's process; no code of the program runs here. The setup (the problem's) runs
+    first; each name the tests load that neither they, the setup nor builtins define (and the entry point) is then
+    fetched from the program's process: a fresh plain value, or a handle whose calls run there."""
+    import ast, builtins, contextlib, json, os, sys, traceback
+    job, (req_fd, resp_fd, result_fd) = json.load(sys.stdin), map(int, sys.argv[1:4])
+    requests, replies = os.fdopen(req_fd, "wb"), os.fdopen(resp_fd, "rb")
+    class Handle:  # an object of the program's: calls and attribute access run in its process; or it is sent back
+        __slots__ = ("i",)
+        def __init__(self, i):
+            object.__setattr__(self, "i", i)
+        def __call__(self, *args, **kwargs):
+            return ask("call", self.i, args, kwargs)
+        def __getattr__(self, name):
+            return ask("getattr", self.i, [name], {})
+        def __setattr__(self, name, value):
+            ask("setattr", self.i, [name, value], {})
+        def __eq__(self, other):  # its value is out of reach: no comparison or truth value
+            raise TypeError("a value of the program's own class")
+        __ne__ = __lt__ = __le__ = __gt__ = __ge__ = __bool__ = __eq__
+        __hash__ = object.__hash__
+    enc, dec = _wire(job["depth"], Handle)
+    def ask(op, target, args, kwargs):
+        request = [op, target, [enc(a) for a in args], [[k, enc(v)] for k, v in kwargs.items()]]
+        requests.write(json.dumps(request).encode() + b"\n")
+        requests.flush()
+        return answer()
+    def answer():
+        line = replies.readline(job["cap"] + 1)
+        try:
+            status, value = json.loads(line)
+            if status == "ok":
+                return dec(value)
+            kind = getattr(builtins, value) if type(value) is str and value.isidentifier() else None
+        except Exception:  # a malformed reply, or none: the program failed, whatever the tests would catch
+            os._exit(1)
+        raise kind() if type(kind) is type and issubclass(kind, Exception) else Exception()
+    ns = {"__name__": "__main__", "__builtins__": builtins}
     try:
-        wait.acquire()  # forever: the worker ends the process
-    except:  # noqa: E722 (bare, as in the worker)
-        exit_(1)
+        tree = ast.parse(job["tests"])
+        answer()  # the program ran to its end
+        exec(compile(job["setup"], "<setup>", "exec"), ns)
+        defined = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+        defined |= {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef))}
+        defined |= {n.arg for n in ast.walk(tree) if isinstance(n, ast.arg)}
+        defined |= {(a.asname or a.name).split(".")[0] for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))
+                    for a in n.names}
+        wanted = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} - defined - set(ns) - set(vars(builtins))
+        for name in sorted(wanted | {job["entry_point"]} - {None}):
+            ns.pop(name, None)
+            with contextlib.suppress(Exception):  # not defined by the program: the tests' NameError
+                ns[name] = ask("get", name, [], {})
+        exec(compile(tree, "<tests>", "exec"), ns)
+        if job["check"]:
+            ns["check"](ns[job["entry_point"]])
+    except BaseException:  # noqa: B036 (all of it the problem's code and plain values: safe to print)
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(1)
+    os.write(result_fd, b"pass")
+    os._exit(0)
 
 
-# The harness runs as its own program (python -S -c, argv: job file, result fd): this function's source, then a call.
-_HARNESS = inspect.getsource(_sandbox_main) + "_sandbox_main()\n"
+# The sandbox and the judge run as their own programs (python -S -c): these functions' sources, then a call.
+_HARNESS = inspect.getsource(_wire) + inspect.getsource(_sandbox_main) + "_sandbox_main()\n"
+_JUDGE = inspect.getsource(_wire) + inspect.getsource(_judge_main) + "_judge_main()\n"
 
 _NOBODY = next(((p.pw_uid, p.pw_gid) for p in pwd.getpwall() if p.pw_name == "nobody"), (65534, 65534))  # uid, gid
 
 
 def run_python(code: str, tests: str = "", *, setup: str = "", entry_point: str | None = None,
                stdin: str | None = None, timeout: float = TIMEOUT_S, memory_mb: int = MEMORY_MB) -> ExecResult:
-    """Run setup + code + tests in the sandbox (pass = every test ran and passed), or, when stdin is given, code
-    as a script reading it (pass = exit status 0; the caller compares stdout)."""
+    """Run setup + code in the sandbox and the tests in a judge process calling it (pass = every test ran and
+    passed), or, when stdin is given, code as a script reading it (pass = exit status 0; the caller compares stdout)."""
     t0 = time.monotonic()
     if timeout <= 0:
         return ExecResult("timeout", None, "", "batch time budget spent", 0.0)
-    nonce, cap = secrets.token_hex(16), OUTPUT_MB << 20
-    job = dict(mode="test" if stdin is None else "io", setup=setup, code=code, tests=tests, entry_point=entry_point,
-               check=bool(entry_point and _CHECK.search(tests)), nonce=nonce, timeout=timeout, uid=_NOBODY[0],
-               gid=_NOBODY[1], cpu=int(timeout) + 1, mem=memory_mb << 20, fsize=cap)
-    work, proc = tempfile.mkdtemp(prefix=WORKDIR_PREFIX), None
-    rfd, wfd = os.pipe()
-    files = [tempfile.TemporaryFile() for _ in range(3)]  # stdin, stdout, stderr: files cannot fill up and block
+    cap, testing = OUTPUT_MB << 20, stdin is None
+    job = dict(mode="test" if testing else "io", setup=setup, code=code, depth=100, uid=_NOBODY[0], gid=_NOBODY[1],
+               cpu=int(timeout) + 1, mem=memory_mb << 20, fsize=cap)
+    judge_job = dict(setup=setup, tests=tests, entry_point=entry_point, depth=100, cap=cap,
+                     check=bool(entry_point and _CHECK.search(tests)))
+    work, procs, fds = tempfile.mkdtemp(prefix=WORKDIR_PREFIX), [], [*os.pipe(), *os.pipe(), *os.pipe()]
+    # fds: requests (judge -> program), replies (program -> judge), the judge's result; [read, write] each
+    files = [tempfile.TemporaryFile() for _ in range(5)]  # stdin, stdout, stderr, the judge's job and output
     try:
         job_path = os.path.join(work, "job.json")
         with open(os.open(job_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
@@ -638,48 +695,59 @@ def run_python(code: str, tests: str = "", *, setup: str = "", entry_point: str 
         if os.geteuid() == 0:
             os.chown(work, *_NOBODY)
         files[0].write((stdin or "").encode())
-        files[0].seek(0)
+        files[3].write(json.dumps(judge_job).encode())
+        files[0].seek(0), files[3].seek(0)
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": work, "TMPDIR": work, "LANG": "C.UTF-8",
                "PYTHONHASHSEED": "0", "PYTHONIOENCODING": "utf-8", "PYTHONDONTWRITEBYTECODE": "1",
                "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-        proc = subprocess.Popen([sys.executable, "-S", "-c", _HARNESS, job_path, str(wfd)], stdin=files[0],
-                                stdout=files[1], stderr=files[2], cwd=work, env=env, pass_fds=(wfd,),
-                                start_new_session=True)
-        os.close(wfd)
-        wfd = -1
-        pidfd, poll = os.pidfd_open(proc.pid), select.poll()
-        try:  # the wall clock; the process group is killed below either way
+        procs.append(subprocess.Popen([sys.executable, "-S", "-c", _HARNESS, job_path, str(fds[0]), str(fds[3])],
+                                      stdin=files[0], stdout=files[1], stderr=files[2], cwd=work, env=env,
+                                      pass_fds=(fds[0], fds[3]), start_new_session=True))
+        if testing:  # not forked from the program's process: started here, with only its own fds
+            procs.append(subprocess.Popen([sys.executable, "-S", "-c", _JUDGE, *map(str, (fds[1], fds[2], fds[5]))],
+                                          stdin=files[3], stdout=files[4], stderr=files[4], env=env,
+                                          pass_fds=(fds[1], fds[2], fds[5]), start_new_session=True))
+        for k in (0, 1, 2, 3, 5):
+            os.close(fds[k])
+            fds[k] = -1
+        pidfd, poll = os.pidfd_open(procs[-1].pid), select.poll()  # the judge's when testing, else the program's
+        try:  # the wall clock; the process groups are killed below either way
             poll.register(pidfd, select.POLLIN)
             exited = bool(poll.poll(timeout * 1000))
         finally:
             os.close(pidfd)
-        with contextlib.suppress(ProcessLookupError):  # before reaping the leader, so the group id cannot be reused
-            os.killpg(proc.pid, signal.SIGKILL)
-        rc = proc.wait()
-        ready = select.poll()  # the nonce if written, without waiting: a leftover of the group may hold the pipe open
-        ready.register(rfd, select.POLLIN)  # (poll, not select: this process may hold fds numbered past 1024)
-        proof = os.read(rfd, 64) if ready.poll(0) else b""
+        for p in procs:
+            with contextlib.suppress(ProcessLookupError):  # before reaping the leader, so the group id cannot be reused
+                os.killpg(p.pid, signal.SIGKILL)
+        rc, last = procs[0].wait(), procs[-1].wait()
+        ready = select.poll()  # the judge's verdict, without waiting (poll, not select: fds may be numbered past 1024)
+        ready.register(fds[4], select.POLLIN)
+        verdict = os.read(fds[4], 16) if ready.poll(0) else b""
         files[1].seek(0)
         out = files[1].read(cap).decode("utf-8", "replace")
-        files[2].seek(max(0, files[2].seek(0, 2) - 2000))
-        err = files[2].read().decode("utf-8", "replace")
+        err = b""
+        for f in files[2], files[4]:
+            f.seek(max(0, f.seek(0, 2) - 1000))
+            err += f.read()
     except OSError as e:
         return ExecResult("error", None, "", repr(e), time.monotonic() - t0)
     finally:
-        if proc is not None and proc.returncode is None:  # failed half-way: leave nothing running
-            for kill in (lambda: os.killpg(proc.pid, signal.SIGKILL), proc.kill):
-                with contextlib.suppress(OSError):
-                    kill()
-            proc.wait()
-        for fd in (rfd, wfd):
+        for p in procs:
+            if p.returncode is None:  # failed half-way: leave nothing running
+                for kill in (lambda: os.killpg(p.pid, signal.SIGKILL), p.kill):
+                    with contextlib.suppress(OSError):
+                        kill()
+                p.wait()
+        for fd in fds:
             if fd >= 0:
                 os.close(fd)
         for f in files:
             f.close()
         shutil.rmtree(work, ignore_errors=True)
     timed_out = not exited or rc == 128 + signal.SIGXCPU
-    passed = rc == 0 and (stdin is not None or proof == nonce.encode())  # a test run: only with the nonce written
-    return ExecResult("timeout" if timed_out else "pass" if passed else "fail", rc, out, err, time.monotonic() - t0)
+    passed = rc == 0 if not testing else last == 0 and verdict == b"pass"  # the judge's verdict only
+    return ExecResult("timeout" if timed_out else "pass" if passed else "fail", rc, out,
+                      err.decode("utf-8", "replace"), time.monotonic() - t0)
 
 
 def bad_problem(problem: dict) -> str | None:

@@ -643,12 +643,11 @@ def test_harness_looks_up_no_global_name_once_the_program_ran():
             if hasattr(c, "co_code"):
                 yield from nested(c)
     main = next(c for c in nested(compile(R._HARNESS, "<harness>", "exec")) if c.co_name == "_sandbox_main")
-    after = [c for c in main.co_consts if hasattr(c, "co_code") and c.co_name in ("worker", "cmp", "arith", "plain", "hook",
-                                                                                    "resolve")]
-    assert len(after) == 6
+    after = [c for c in main.co_consts if hasattr(c, "co_code") and c.co_name in ("hook", "resolve")]
+    assert len(after) == 2
     loaded = {(c.co_name, i.argval) for top in after for c in nested(top) for i in dis.get_instructions(c)
               if i.opname in ("LOAD_GLOBAL", "LOAD_NAME")}
-    assert loaded <= {("<listcomp>", "compile"), ("worker", "compile")}, loaded  # 3.12 inlines comprehensions
+    assert not loaded, loaded
 
 
 IMPOSTOR_KEY_AND_TYPE = IMPOSTOR_KEY + "import sys\nsys.modules['__main__'].type = lambda o: str\n"
@@ -912,25 +911,28 @@ ALWAYS_EQUAL = {  # (name, program defining `def NAME`) that answer "equal" (or 
 @pytest.mark.parametrize("kind", list(ALWAYS_EQUAL))
 def test_adversary_always_equal_objects(kind):
     """Issue 14 (b): an object whose __eq__ (or __sub__, __contains__, ...) always agrees passed `==`, `!=`, `in`,
-    `abs(x - y) < eps`; the tests' comparisons and arithmetic are now strict."""
-    tests = ("assert f(1) == 7\nassert f(2) != 8\nassert abs(f(3) - 2.5) < 1e-6\nassert f(4) in (1, 2)\n"
+    `abs(x - y) < eps`; the tests now see only plain values made by the judge, and handles that refuse comparisons.
+    (No `f(x) != 8` line: a list of the program's objects is rightly != 8, as any wrong plain answer is.)"""
+    tests = ("assert f(1) == 7\nassert abs(f(3) - 2.5) < 1e-6\nassert f(4) in (1, 2)\n"
              "assert 7 == f(5)\nassert f(6) == [1, 2]\nassert not (f(7) != 3)\nassert 0 <= f(8) < 1\nassert f(9) <= 5\n"
              "assert f(10) == {0: 5}\nassert f(11) == {3}")
     for test in tests.splitlines():
         run_adversary(ALWAYS_EQUAL[kind].replace("NAME", "f"), test)
 
 
-def test_strict_comparisons_keep_legitimate_answers():
-    """Strictness only refuses untrusted objects: numbers across types, containers, Counter, numpy-free C types,
-    the tests' own classes compared with each other, chains, `is`, and generators all behave as in Python."""
+def test_plain_values_keep_legitimate_answers():
+    """Values cross to the judge as plain ones: numbers across types, containers, Counter, deque, chains, `is`,
+    generators and iterators behave as in Python; objects of the program's classes are handles, whose attributes
+    and calls are served by its process (MBPP builds trees of a Node class the program defines)."""
     prog = ("from collections import Counter, OrderedDict, defaultdict, deque\nclass P:\n    def __init__(s, v):\n"
             "        s.v = v\n    def __eq__(s, o):\n        return isinstance(o, P) and s.v == o.v\n"
             "def f(x):\n    return x\ndef c(xs):\n    return Counter(xs)\ndef g(n):\n    return (i for i in range(n))\n")
     tests = ("assert f(1) == 1.0 and f(2) != 3 and f([1, (2, 3)]) == [1, (2, 3)] and f({1: 'a'}) == {1: 'a'}\n"
              "assert c('aab') == {'a': 2, 'b': 1} and f(OrderedDict(a=1)) == {'a': 1} and f(deque([1])) == deque([1])\n"
              "assert f(None) is None and 0 < f(1) < 2 and 'b' in f('abc') and 3 not in f([1, 2])\n"
-             "assert abs(f(2.5) - 2.5) < 1e-9 and list(g(3)) == [0, 1, 2] and f(P(1)) == P(1) and f(P(1)) != P(2)\n"
-             "d = defaultdict(int); d['x'] += 1\nassert f(d) == {'x': 1} and f(True) == 1 and [f(i) * 2 for i in range(3)] == [0, 2, 4]")
+             "assert abs(f(2.5) - 2.5) < 1e-9 and list(g(3)) == [0, 1, 2] and f(P(1)).v == 1 and list(f(iter('ab'))) == ['a', 'b']\n"
+             "p = P(1); p.v = 5\nassert f(p).v == 5 and f(int) is int and f(10**5000) - 1 == 10**5000 - 1\n"
+             "from collections import defaultdict\nd = defaultdict(int); d['x'] += 1\nassert f(d) == {'x': 1} and f(True) == 1 and [f(i) * 2 for i in range(3)] == [0, 2, 4]")
     assert R.code_check(fence(prog), {"task": "code", "prompt": "", "test_code": tests}) == (1.0, "pass")
 
 
