@@ -420,7 +420,7 @@ class ExecResult:
 # and it runs in a second thread, where Python refuses to install signal handlers (a handler's frame argument
 # would lead back to these frames); frames are otherwise refused by the audit hook.
 def _sandbox_main():
-    import _imp, _stat, builtins, gc, json, os, resource, sys  # no ctypes
+    import _imp, _signal, _stat, _thread, gc, json, os, resource, sys  # no ctypes
     job_path, req_fd, resp_fd = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     with open(job_path) as f:
         job = json.load(f)
@@ -458,7 +458,7 @@ def _sandbox_main():
         # imported now (but refused ones: Debian's Python has syslog and _posixsubprocess built in), then both go
         [__import__(name) for name in sys.builtin_module_names if not unsafe(name)]
         del gc.set_debug, _imp.create_builtin
-    run, stat, readlink, getcwd = exec, os.stat, os.readlink, os.getcwd
+    stat, readlink, getcwd = os.stat, os.readlink, os.getcwd
     def resolve(p, rel=True, type=type, str=str, bytes=bytes, OSError=OSError, PermissionError=PermissionError):
         # os.path.realpath from C functions bound now: posixpath's are Python and call what the program can patch.
         # An exact str or bytes only: a PathLike or a str subclass could answer this check and the call differently
@@ -520,31 +520,58 @@ def _sandbox_main():
             if any(type(a) not in not_paths and not inside(resolve(a)) for a in args) or \
                     any(a not in (None, -1) for a in args[len(args) - n:] if n):
                 raise PermissionError("sandbox: " + event)
-    if job["mode"] == "io":                               # a script: SystemExit ends it as usual
-        code = compile(job["code"], "<solution>", "exec")
-        lock_down()
-        return run(code, {"__name__": "__main__", "__builtins__": builtins})
-    # tests: setup and program run, then their top-level names are served to the judge, a request a line. Nothing
-    # here is trusted (the program may rebind all of it): the judge decides, from the plain values it decodes
-    enc, dec = _wire(job["depth"])
-    requests, replies, g = os.fdopen(req_fd, "rb"), os.fdopen(resp_fd, "wb"), {"__name__": "__main__", "__builtins__": builtins}
-    codes = [compile(src, "<%s>" % name, "exec") for name, src in (("setup", job["setup"]), ("code", job["code"]))]
+    # The program runs in a second thread (_program): Python refuses it signal handlers, whose frame argument led
+    # back to this frame, whose locals (the hook's closure) the program could then rewrite; that thread's frames
+    # lead nowhere. SIGINT (the only signal whose default runs Python code here: KeyboardInterrupt) is ignored.
+    go, wait = _thread.allocate_lock(), _thread.allocate_lock()
+    go.acquire(), wait.acquire()
+    _signal.signal(_signal.SIGINT, _signal.SIG_IGN)
+    _thread.start_new_thread(_program, (job, go, req_fd, resp_fd))
     lock_down()
-    for code in codes:
-        run(code, g)
-    replies.write(b'["ok", ["atom", null]]\n')  # ran to the end: the judge waits for this before any test
-    replies.flush()
-    for line in requests:
+    go.release()
+    try:
+        wait.acquire()  # forever: the program's thread ends the process
+    except:  # noqa: E722
+        os._exit(1)
+
+
+def _program(job, go, req_fd, resp_fd):  # the program's thread: nothing of the sandbox among its locals or args
+    """A script (io mode), or setup + program, then their top-level names served to the judge, a request a line.
+    Nothing here is trusted (the program may rebind all of it): the judge decides, from the plain values it decodes."""
+    import builtins, json, os, sys
+    go.acquire()
+    status, g, (enc, dec) = 1, {"__name__": "__main__", "__builtins__": builtins}, _wire(job["depth"])
+    try:
+        if job["mode"] == "io":
+            exec(compile(job["code"], "<solution>", "exec"), g)
+            status = 0
+        else:
+            requests, replies = os.fdopen(req_fd, "rb"), os.fdopen(resp_fd, "wb")
+            exec(compile(job["setup"], "<setup>", "exec"), g)
+            exec(compile(job["code"], "<solution>", "exec"), g)
+            replies.write(b'["ok", ["atom", null]]\n')  # ran to its end: the judge waits for this before any test
+            replies.flush()
+            for line in requests:
+                try:
+                    op, target, args, kwargs = json.loads(line)  # get a global, or call / getattr / setattr an object
+                    obj, args, kw = g[target] if op == "get" else dec(["ref", target]), [*map(dec, args)], {k: dec(v) for k, v in kwargs}
+                    value = obj if op == "get" else obj(*args, **kw) if op == "call" else (getattr, setattr)[op == "setattr"](obj, *args)
+                    reply = ["ok", enc(value)]
+                except BaseException as e:  # noqa: B036 (SystemExit from the program is an answer too)
+                    name = type(e).__name__
+                    reply = ["raise", name if getattr(builtins, name, None) is type(e) else "Exception"]
+                replies.write(json.dumps(reply).encode() + b"\n")
+                replies.flush()
+            status = 0
+    except SystemExit as e:  # as a script's exit status
+        status = 0 if e.code is None else e.code if type(e.code) is int else 1
+    except BaseException as e:  # noqa: B036 (its traceback cannot be printed: frames are refused)
+        sys.stderr.write("program: %s\n" % type(e).__name__)
+    finally:
         try:
-            op, target, args, kwargs = json.loads(line)  # get a global, or call / getattr / setattr an object
-            obj, args, kwargs = g[target] if op == "get" else dec(["ref", target]), [*map(dec, args)], {k: dec(v) for k, v in kwargs}
-            value = obj if op == "get" else obj(*args, **kwargs) if op == "call" else (getattr, setattr)[op == "setattr"](obj, *args)
-            reply = ["ok", enc(value)]
-        except BaseException as e:  # noqa: B036 (SystemExit from the program is an answer too)
-            name = type(e).__name__
-            reply = ["raise", name if getattr(builtins, name, None) is type(e) else "Exception"]
-        replies.write(json.dumps(reply).encode() + b"\n")
-        replies.flush()
+            sys.stdout.flush(), sys.stderr.flush()
+        finally:
+            os._exit(status)
 
 
 def _wire(depth, handle=None):
@@ -667,7 +694,7 @@ def _judge_main():  # runs as its own program (python -S -c; argv: request fd, r
 
 
 # The sandbox and the judge run as their own programs (python -S -c): these functions' sources, then a call.
-_HARNESS = inspect.getsource(_wire) + inspect.getsource(_sandbox_main) + "_sandbox_main()\n"
+_HARNESS = "".join(map(inspect.getsource, (_wire, _program, _sandbox_main))) + "_sandbox_main()\n"
 _JUDGE = inspect.getsource(_wire) + inspect.getsource(_judge_main) + "_judge_main()\n"
 
 _NOBODY = next(((p.pw_uid, p.pw_gid) for p in pwd.getpwall() if p.pw_name == "nobody"), (65534, 65534))  # uid, gid
