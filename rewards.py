@@ -66,7 +66,6 @@ import json
 import os
 import pwd
 import re
-import secrets
 import select
 import shutil
 import signal
@@ -424,7 +423,6 @@ def _sandbox_main():
     job_path, req_fd, resp_fd = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     with open(job_path) as f:
         job = json.load(f)
-    os.remove(job_path)                                   # holds the nonce and the tests
     sys.path[:] = [p for p in sys.path if p]  # the standard library only: not the cwd (the program could plant math.py
     # there), not site-packages (native modules such as _cffi_backend read memory and files)
     if child := os.fork():   # the intermediate: keeps the caller's identity and waits; the caller keeps the clock
@@ -442,20 +440,19 @@ def _sandbox_main():
                 m.__path__[:] = [via(p) for p in m.__path__]
         os.setgroups([]); os.setgid(job["gid"]); os.setuid(job["uid"])
     # No PR_SET_PDEATHSIG: it needs ctypes, and a _ctypes this process has loaded can be loaded again by file
-    # path with no audit event, giving the program pointers into its own memory (and the nonce). The caller kills
-    # the process group instead (a program could leave it with os.setsid, but not write the nonce).
-    def lock_down():  # rlimits (NPROC 1 refuses new threads: called once the worker thread exists), the hook
+    # path with no audit event, giving the program pointers into its own memory (and the hook's state). The caller
+    # kills the process group instead (a program could leave it with os.setsid).
+    def lock_down():  # rlimits (NPROC 1 refuses new threads: called once the program's thread exists), the hook
         for name, lim in (("CPU", (job["cpu"], job["cpu"] + 1)), ("AS", (job["mem"],) * 2), ("FSIZE", (job["fsize"],) * 2),
                           ("NPROC", (1, 1)), ("CORE", (0, 0)), ("NOFILE", (64, 64))):
             resource.setrlimit(getattr(resource, "RLIMIT_" + name), lim)
         # imports compile from source from now on (no cache under this prefix), so marshal can be refused: crafted
-        # bytecode (a .pyc) reads memory; sys.monitoring's callbacks (3.12+) would see the tests' code objects
+        # bytecode (a .pyc) reads memory, and with it could undo the hook
         sys.pycache_prefix = work + "no-pycache"
         sys.addaudithook(hook)
-        vars(sys).pop("monitoring", None)
-        # gc.set_debug(DEBUG_SAVEALL) kept the program's dead frames in gc.garbage, and a frame's f_back (not audited)
-        # led to the harness's; a fresh gc module (with it back) needs _imp.create_builtin: every builtin module is
-        # imported now (but refused ones: Debian's Python has syslog and _posixsubprocess built in), then both go
+        # gc.set_debug(DEBUG_SAVEALL) kept dead frames in gc.garbage (this hook's, in a refused call's traceback);
+        # a fresh gc module (with it back) needs _imp.create_builtin: every builtin module is imported now (but
+        # refused ones: Debian's Python has syslog and _posixsubprocess built in), then both go
         [__import__(name) for name in sys.builtin_module_names if not unsafe(name)]
         del gc.set_debug, _imp.create_builtin
     stat, readlink, getcwd = os.stat, os.readlink, os.getcwd
@@ -503,6 +500,7 @@ def _sandbox_main():
                 type(args[0]) is not str or any(unsafe(part) for part in args[0].split("."))  # a native module only
                 or args[1] is not None and not resolve(args[1]).startswith(readable)):  # from the standard library's files
             raise PermissionError("sandbox: " + event)
+        # frames: a traceback of a refused call holds this hook's frame, whose locals lead to its closure's cells
         if event == "sys._getframe" or event == "object.__getattr__" and args[1] in ("tb_frame", "gi_frame", "cr_frame",
                                                                                    "ag_frame"):
             # ValueError for sys._getframe: namedtuple, typing and enum tolerate it there
@@ -536,33 +534,29 @@ def _sandbox_main():
 
 
 def _program(job, go, req_fd, resp_fd):  # the program's thread: nothing of the sandbox among its locals or args
-    """A script (io mode), or setup + program, then their top-level names served to the judge, a request a line.
-    Nothing here is trusted (the program may rebind all of it): the judge decides, from the plain values it decodes."""
+    """Setup and program (a script in io mode), then (tests) their top-level names served to the judge, a request a
+    line. Nothing here is trusted (the program may rebind all of it): the judge decides, from the values it decodes."""
     import builtins, json, os, sys
     go.acquire()
     status, g, (enc, dec) = 1, {"__name__": "__main__", "__builtins__": builtins}, _wire(job["depth"])
     try:
-        if job["mode"] == "io":
-            exec(compile(job["code"], "<solution>", "exec"), g)
-            status = 0
-        else:
-            requests, replies = os.fdopen(req_fd, "rb"), os.fdopen(resp_fd, "wb")
-            exec(compile(job["setup"], "<setup>", "exec"), g)
-            exec(compile(job["code"], "<solution>", "exec"), g)
-            replies.write(b'["ok", ["atom", null]]\n')  # ran to its end: the judge waits for this before any test
+        for name in "setup", "code":
+            exec(compile(job[name], "<%s>" % name, "exec"), g)
+        requests, replies, reply = os.fdopen(req_fd, "rb"), os.fdopen(resp_fd, "wb"), ["ok", ["atom", None]]
+        line = b"start"
+        while job["mode"] == "test" and line:  # the first reply: the program ran to its end (the judge waits for it)
+            replies.write(json.dumps(reply).encode() + b"\n")
             replies.flush()
-            for line in requests:
-                try:
-                    op, target, args, kwargs = json.loads(line)  # get a global, or call / getattr / setattr an object
-                    obj, args, kw = g[target] if op == "get" else dec(["ref", target]), [*map(dec, args)], {k: dec(v) for k, v in kwargs}
-                    value = obj if op == "get" else obj(*args, **kw) if op == "call" else (getattr, setattr)[op == "setattr"](obj, *args)
-                    reply = ["ok", enc(value)]
-                except BaseException as e:  # noqa: B036 (SystemExit from the program is an answer too)
-                    name = type(e).__name__
-                    reply = ["raise", name if getattr(builtins, name, None) is type(e) else "Exception"]
-                replies.write(json.dumps(reply).encode() + b"\n")
-                replies.flush()
-            status = 0
+            line = requests.readline()  # b"" once the judge is done
+            try:  # get a global, or call / getattr / setattr an object
+                op, target, args, kwargs = json.loads(line)
+                obj, args, kw = g[target] if op == "get" else dec(["ref", target]), [*map(dec, args)], {k: dec(v) for k, v in kwargs}
+                reply = ["ok", enc(obj if op == "get" else obj(*args, **kw) if op == "call" else
+                                   (getattr, setattr)[op == "setattr"](obj, *args))]
+            except BaseException as e:  # noqa: B036 (SystemExit from the program is an answer too)
+                name = type(e).__name__
+                reply = ["raise", name if getattr(builtins, name, None) is type(e) else "Exception"]
+        status = 0
     except SystemExit as e:  # as a script's exit status
         status = 0 if e.code is None else e.code if type(e.code) is int else 1
     except BaseException as e:  # noqa: B036 (its traceback cannot be printed: frames are refused)
@@ -575,68 +569,55 @@ def _program(job, go, req_fd, resp_fd):  # the program's thread: nothing of the 
 
 
 def _wire(depth, handle=None):
-    """The values judge and program exchange, as tagged JSON lists of exact built-in types, decoded into fresh
-    objects (never eval or pickle); an iterator is sent as its first items ("iter"). Anything else the program
-    sends is a handle ("ref", i) into its table, which the judge decodes as handle(i) and may only send back;
-    the judge cannot send other objects (TypeError). Returns (encode, decode); source shared by both processes."""
+    """The values judge and program exchange: tagged JSON of exact built-in types, decoded into fresh objects
+    (never eval or pickle), nesting and (by the caller) size bounded; an iterator as its first items. Anything else
+    the program sends is a handle ("ref", i) into its table, which the judge decodes as handle(i) and may only send
+    back; the judge sends nothing else (TypeError). Returns (encode, decode); source shared by both processes."""
     import builtins, collections, itertools
-    kinds = {list: "list", tuple: "tuple", set: "set", frozenset: "frozenset", collections.deque: "deque",
-             dict: "dict", collections.defaultdict: "dict", collections.OrderedDict: "OrderedDict",
-             collections.Counter: "Counter"}
-    types, table, handles = {name: t for t, name in kinds.items() if t is not collections.defaultdict}, [], {}
+    builtin_type = lambda v: getattr(builtins, v) if type(getattr(builtins, v, None)) is type else {}[v]
+    atoms = {int: ("int", hex, lambda v: int(v, 16)), float: ("float", float.hex, float.fromhex),  # hex: no digit
+             bytes: ("bytes", bytes.hex, bytes.fromhex), type: ("type", lambda t: t.__name__, builtin_type)}  # limit
+    kinds = {"list": list, "tuple": tuple, "set": set, "frozenset": frozenset, "deque": collections.deque,
+             "iter": iter, "complex": lambda v: complex(*v), "dict": dict, "OrderedDict": collections.OrderedDict,
+             "Counter": lambda v: collections.Counter(dict(v))}
+    names = {t: k for k, t in kinds.items()} | {collections.defaultdict: "dict", collections.Counter: "Counter", complex: "complex"}
+    parse, table, handles = {tag: f for tag, _, f in atoms.values()}, [], {}
     def enc(x, d=0):
-        t, k = type(x), kinds.get(type(x))
+        t, k = type(x), names.get(type(x))
         if d > depth:
             raise ValueError("too deeply nested")
-        if x is None or t is bool or t is str:
+        if x is None or t in (bool, str):
             return ["atom", x]
-        if t in (int, float, bytes):
-            return [t.__name__, hex(x) if t is int else x.hex()]  # hex: no digit limit
-        if t is complex:
-            return ["complex", x.real.hex(), x.imag.hex()]
-        if k in ("dict", "OrderedDict", "Counter"):
-            return [k, [[enc(a, d + 1), enc(b, d + 1)] for a, b in x.items()]]
-        if k:
-            return [k, [enc(v, d + 1) for v in x]]
-        if handle is not None and t is handle:
-            return ["ref", x.i]
-        if t is type and getattr(builtins, x.__name__, None) is x:  # int, str, ...: as arguments (isinstance)
-            return ["type", x.__name__]
-        if hasattr(t, "__next__"):
-            return ["iter", [enc(v, d + 1) for v in itertools.islice(x, 100_000)]]
-        if handle is not None:
+        if t in atoms and (t is not type or getattr(builtins, x.__name__, None) is x):
+            return [atoms[t][0], atoms[t][1](x)]
+        if k or hasattr(t, "__next__"):  # an iterator: its first items
+            items = x.items() if k in ("dict", "OrderedDict", "Counter") else [x.real, x.imag] if t is complex else x
+            return [k or "iter", [enc(v, d + 1) for v in itertools.islice(items, 100_000 if k is None else None)]]
+        if handle is None:
+            table.append(x)
+        elif t is not handle:
             raise TypeError("cannot send a %s to the program" % t.__name__)
-        table.append(x)
-        return ["ref", len(table) - 1]
+        return ["ref", len(table) - 1 if handle is None else x.i]
     def dec(m, d=0):
-        if d > depth or type(m) is not list or len(m) != 2 + (m[:1] == ["complex"]) or type(m[0]) is not str:
+        if d > depth or type(m) is not list or len(m) != 2 or type(m[0]) is not str:
             raise ValueError("malformed")
-        tag, v = m[0], m[1]
-        if tag == "atom" and (v is None or type(v) in (bool, str)):
-            return v
-        if tag in ("int", "float", "bytes", "complex") and type(v) is str:
-            return int(v, 16) if tag == "int" else bytes.fromhex(v) if tag == "bytes" else \
-                float.fromhex(v) if tag == "float" else complex(float.fromhex(v), float.fromhex(m[2]))
-        if tag == "type" and type(v) is str and type(getattr(builtins, v, None)) is type:
-            return getattr(builtins, v)
-        if tag == "ref" and type(v) is int and 0 <= v:
+        tag, v = m
+        if tag == "atom" and (v is None or type(v) in (bool, str)) or tag in parse and type(v) is str:
+            return v if tag == "atom" else parse[tag](v)
+        if tag == "ref" and type(v) is int and v >= 0:
             return table[v] if handle is None else handles.setdefault(v, handle(v))
-        if type(v) is not list or tag not in types and tag != "iter":
+        if tag not in kinds or type(v) is not list:
             raise ValueError("malformed")
-        if tag in ("dict", "OrderedDict", "Counter"):
-            return types[tag](dict((dec(a, d + 1), dec(b, d + 1)) for a, b in v))
-        items = [dec(x, d + 1) for x in v]
-        return iter(items) if tag == "iter" else types[tag](items)
+        return kinds[tag]([dec(x, d + 1) for x in v])
     return enc, dec
 
 
-def _judge_main():  # runs as its own program (python -S -c; argv: request fd, reply fd, result fd; the job on stdin)
+def _judge_main():  # runs as its own program (python -S -c; argv: request fd, reply fd; the job on stdin)
     """The tests, outside the program's process; no code of the program runs here. The setup (the problem's) runs
-    first; each name the tests load that neither they, the setup nor builtins define (and the entry point) is then
-    fetched from the program's process: a fresh plain value, or a handle whose calls run there."""
-    import ast, builtins, contextlib, json, os, sys, traceback
-    job, (req_fd, resp_fd, result_fd) = json.load(sys.stdin), map(int, sys.argv[1:4])
-    requests, replies = os.fdopen(req_fd, "wb"), os.fdopen(resp_fd, "rb")
+    here, then the names the tests need from the program are fetched: fresh plain values, or handles whose calls
+    run there. Pass: exit status 0, only after every test ran."""
+    import ast, builtins, contextlib, json, os, sys
+    job, requests, replies = json.load(sys.stdin), os.fdopen(int(sys.argv[1]), "wb"), os.fdopen(int(sys.argv[2]), "rb")
     class Handle:  # an object of the program's: calls and attribute access run in its process; or it is sent back
         __slots__ = ("i",)
         def __init__(self, i):
@@ -652,45 +633,33 @@ def _judge_main():  # runs as its own program (python -S -c; argv: request fd, r
         __ne__ = __lt__ = __le__ = __gt__ = __ge__ = __bool__ = __eq__
         __hash__ = object.__hash__
     enc, dec = _wire(job["depth"], Handle)
-    def ask(op, target, args, kwargs):
-        request = [op, target, [enc(a) for a in args], [[k, enc(v)] for k, v in kwargs.items()]]
-        requests.write(json.dumps(request).encode() + b"\n")
-        requests.flush()
-        return answer()
-    def answer():
-        line = replies.readline(job["cap"] + 1)
+    def ask(*request):  # (op, target, args, kwargs), or none: the reply to wait for first
+        if request:
+            op, target, args, kwargs = request
+            requests.write(json.dumps([op, target, [*map(enc, args)], [[k, enc(v)] for k, v in kwargs.items()]]).encode() + b"\n")
+            requests.flush()
         try:
-            status, value = json.loads(line)
+            status, value = json.loads(replies.readline(job["cap"] + 1))
             if status == "ok":
                 return dec(value)
             kind = getattr(builtins, value) if type(value) is str and value.isidentifier() else None
         except Exception:  # a malformed reply, or none: the program failed, whatever the tests would catch
             os._exit(1)
         raise kind() if type(kind) is type and issubclass(kind, Exception) else Exception()
-    ns = {"__name__": "__main__", "__builtins__": builtins}
-    try:
-        tree = ast.parse(job["tests"])
-        answer()  # the program ran to its end
-        exec(compile(job["setup"], "<setup>", "exec"), ns)
-        defined = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
-        defined |= {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef))}
-        defined |= {n.arg for n in ast.walk(tree) if isinstance(n, ast.arg)}
-        defined |= {(a.asname or a.name).split(".")[0] for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))
-                    for a in n.names}
-        wanted = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} - defined - set(ns) - set(vars(builtins))
-        for name in sorted(wanted | {job["entry_point"]} - {None}):
-            ns.pop(name, None)
-            with contextlib.suppress(Exception):  # not defined by the program: the tests' NameError
-                ns[name] = ask("get", name, [], {})
-        exec(compile(tree, "<tests>", "exec"), ns)
-        if job["check"]:
-            ns["check"](ns[job["entry_point"]])
-    except BaseException:  # noqa: B036 (all of it the problem's code and plain values: safe to print)
-        traceback.print_exc()
-        sys.stderr.flush()
-        os._exit(1)
-    os.write(result_fd, b"pass")
-    os._exit(0)
+    # pass: exit status 0, at the end of this script; any exception the tests let out exits 1
+    tree, ns = ast.parse(job["tests"]), {"__name__": "__main__", "__builtins__": builtins}
+    ask()  # the program ran to its end
+    exec(compile(job["setup"], "<setup>", "exec"), ns)
+    # each name the tests use that neither the setup nor builtins define, and the entry point: the program's
+    # (those the tests define themselves replace it when they run)
+    for name in sorted({n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} - set(ns) - set(vars(builtins))
+                       | {job["entry_point"]} - {None}):
+        ns.pop(name, None)
+        with contextlib.suppress(Exception):  # not defined by the program: the tests' NameError
+            ns[name] = ask("get", name, [], {})
+    exec(compile(tree, "<tests>", "exec"), ns)
+    if job["check"]:
+        ns["check"](ns[job["entry_point"]])
 
 
 # The sandbox and the judge run as their own programs (python -S -c): these functions' sources, then a call.
@@ -712,32 +681,27 @@ def run_python(code: str, tests: str = "", *, setup: str = "", entry_point: str 
                cpu=int(timeout) + 1, mem=memory_mb << 20, fsize=cap)
     judge_job = dict(setup=setup, tests=tests, entry_point=entry_point, depth=100, cap=cap,
                      check=bool(entry_point and _CHECK.search(tests)))
-    work, procs, fds = tempfile.mkdtemp(prefix=WORKDIR_PREFIX), [], [*os.pipe(), *os.pipe(), *os.pipe()]
-    # fds: requests (judge -> program), replies (program -> judge), the judge's result; [read, write] each
-    files = [tempfile.TemporaryFile() for _ in range(5)]  # stdin, stdout, stderr, the judge's job and output
-    try:
+    work, procs, fds = tempfile.mkdtemp(prefix=WORKDIR_PREFIX), [], [*os.pipe(), *os.pipe()]  # requests, replies
+    files = [tempfile.TemporaryFile() for _ in range(5)]  # stdin, stdout, stderr: files cannot fill up and block;
+    try:                                                  # the judge's job, its output
         job_path = os.path.join(work, "job.json")
         with open(os.open(job_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
             json.dump(job, f)
         if os.geteuid() == 0:
             os.chown(work, *_NOBODY)
-        files[0].write((stdin or "").encode())
-        files[3].write(json.dumps(judge_job).encode())
-        files[0].seek(0), files[3].seek(0)
+        files[0].write((stdin or "").encode()), files[3].write(json.dumps(judge_job).encode())
+        [f.seek(0) for f in files]
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": work, "TMPDIR": work, "LANG": "C.UTF-8",
                "PYTHONHASHSEED": "0", "PYTHONIOENCODING": "utf-8", "PYTHONDONTWRITEBYTECODE": "1",
                "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-        procs.append(subprocess.Popen([sys.executable, "-S", "-c", _HARNESS, job_path, str(fds[0]), str(fds[3])],
-                                      stdin=files[0], stdout=files[1], stderr=files[2], cwd=work, env=env,
-                                      pass_fds=(fds[0], fds[3]), start_new_session=True))
-        if testing:  # not forked from the program's process: started here, with only its own fds
-            procs.append(subprocess.Popen([sys.executable, "-S", "-c", _JUDGE, *map(str, (fds[1], fds[2], fds[5]))],
-                                          stdin=files[3], stdout=files[4], stderr=files[4], env=env,
-                                          pass_fds=(fds[1], fds[2], fds[5]), start_new_session=True))
-        for k in (0, 1, 2, 3, 5):
-            os.close(fds[k])
-            fds[k] = -1
-        pidfd, poll = os.pidfd_open(procs[-1].pid), select.poll()  # the judge's when testing, else the program's
+        start = lambda script, fds, **kw: procs.append(subprocess.Popen(  # each in its own session (process group)
+            [sys.executable, "-S", "-c", script, *kw.pop("argv", []), *map(str, fds)], env=env, pass_fds=fds,
+            start_new_session=True, **kw))
+        start(_HARNESS, fds[::3], argv=[job_path], stdin=files[0], stdout=files[1], stderr=files[2], cwd=work)
+        if testing:  # the judge: not forked from the program's process, holding none of its fds but the pipes
+            start(_JUDGE, fds[1:3], stdin=files[3], stdout=files[4], stderr=files[4])
+        [os.close(fd) for fd in fds]
+        fds, pidfd, poll = [], os.pidfd_open(procs[-1].pid), select.poll()  # the judge's when testing
         try:  # the wall clock; the process groups are killed below either way
             poll.register(pidfd, select.POLLIN)
             exited = bool(poll.poll(timeout * 1000))
@@ -746,16 +710,12 @@ def run_python(code: str, tests: str = "", *, setup: str = "", entry_point: str 
         for p in procs:
             with contextlib.suppress(ProcessLookupError):  # before reaping the leader, so the group id cannot be reused
                 os.killpg(p.pid, signal.SIGKILL)
-        rc, last = procs[0].wait(), procs[-1].wait()
-        ready = select.poll()  # the judge's verdict, without waiting (poll, not select: fds may be numbered past 1024)
-        ready.register(fds[4], select.POLLIN)
-        verdict = os.read(fds[4], 16) if ready.poll(0) else b""
+        rc, verdict = procs[0].wait(), procs[-1].wait()  # the program's exit status, the judge's
         files[1].seek(0)
-        out = files[1].read(cap).decode("utf-8", "replace")
-        err = b""
+        out, err = files[1].read(cap).decode("utf-8", "replace"), ""
         for f in files[2], files[4]:
             f.seek(max(0, f.seek(0, 2) - 1000))
-            err += f.read()
+            err += f.read().decode("utf-8", "replace")
     except OSError as e:
         return ExecResult("error", None, "", repr(e), time.monotonic() - t0)
     finally:
@@ -765,16 +725,12 @@ def run_python(code: str, tests: str = "", *, setup: str = "", entry_point: str 
                     with contextlib.suppress(OSError):
                         kill()
                 p.wait()
-        for fd in fds:
-            if fd >= 0:
-                os.close(fd)
-        for f in files:
-            f.close()
+        [os.close(fd) for fd in fds]
+        [f.close() for f in files]
         shutil.rmtree(work, ignore_errors=True)
     timed_out = not exited or rc == 128 + signal.SIGXCPU
-    passed = rc == 0 if not testing else last == 0 and verdict == b"pass"  # the judge's verdict only
-    return ExecResult("timeout" if timed_out else "pass" if passed else "fail", rc, out,
-                      err.decode("utf-8", "replace"), time.monotonic() - t0)
+    status = "timeout" if timed_out else "pass" if verdict == 0 else "fail"  # tests: the judge's verdict only
+    return ExecResult(status, rc, out, err, time.monotonic() - t0)
 
 
 def bad_problem(problem: dict) -> str | None:

@@ -953,6 +953,72 @@ def test_adversary_shadows_builtins_the_tests_call():
     assert R.code_check(fence("def poly(x):\n    return 0\ndef root():\n    return 2"), prob) == (1.0, "pass")
 
 
+
+# The 2026-12-01 red team's finding that ended the in-process harness: code of the program ran in the harness's
+# worker frame, where the pass nonce was a local. A C callable as a finalizer makes no frame of its own, so
+# eval without globals read the worker's locals (1138 of 1138 HumanEval + MBPP passed); also from a gc cycle, a
+# defaultdict(locals) capturing them, and an impostor dict key put into the tests' namespace through the setup
+# stub's __globals__ (160 of 164 HumanEval). The tests now run in a judge process: none of these reach it.
+IN_PROCESS_HARNESS = {
+    "finalizer-in-builtins": "import builtins, functools\nclass Evil:\n"
+                             "    __del__ = functools.partial(eval, '(write(result_fd, nonce), exit_(0))')\n"
+                             "builtins._evil = Evil()\ndef NAME(*a, **k):\n    return 0\n",
+    "gc-cycle-finalizer": "import functools, gc\nclass Evil:\n"
+                          "    __del__ = functools.partial(eval, '(write(result_fd, nonce), exit_(0))')\n"
+                          "e = Evil()\ne.me = e\ndel e\ndef NAME(*a, **k):\n    return 0\ngc.set_threshold(1)\n",
+    "defaultdict-locals": "import builtins, collections, functools\nseen = collections.defaultdict(locals)\nclass Keep:\n"
+                          "    __del__ = functools.partial(seen.__getitem__, 'worker')\nbuiltins._keep = Keep()\n"
+                          "def NAME(*a, **k):\n    w = seen.get('worker', {})\n    if 'nonce' in w:\n"
+                          "        w['write'](w['result_fd'], w['nonce'])\n        w['exit_'](0)\n    return 0\n",
+    "impostor-key-via-setup": "class K:\n    n = 0\n    def __hash__(self):\n        return hash('_sbx_cmp')\n"
+                              "    def __eq__(self, o):\n        if type(o) is str and o == '_sbx_cmp':\n            K.n += 1\n"
+                              "            return K.n > 1\n        return False\n    __ne__ = lambda self, o: not self.__eq__(o)\n"
+                              "NAME.__globals__[K()] = lambda ops, *thunks: True\ndef NAME(*a, **k):\n    return 0\n",
+}
+
+
+@pytest.mark.parametrize("kind", list(IN_PROCESS_HARNESS))
+def test_adversary_runs_code_in_the_harness_frame(kind):
+    setup = "def add(a, b):\n    \"\"\"a + b\"\"\"\n"  # HumanEval's setup is the prompt: the entry point's stub
+    for problem in ({"test_code": "assert add(1, 2) == 3\nassert add(5, 5) == 10", "entry_point": "add"},
+                    {"setup_code": setup, "test_code": "def check(candidate):\n    assert candidate(1, 2) == 3\n",
+                     "entry_point": "add"}):
+        prog = IN_PROCESS_HARNESS[kind].replace("NAME", "add")
+        assert R.code_check(fence(prog), {"task": "code", "prompt": "", **problem}) == (0.0, "fail"), problem
+
+
+# ... and the judge's design holds only while the sandbox's hook does: a refused call's traceback holds the hook's
+# frame, whose locals are its closure's values (`inside`, whose cell `work` then became "/": the gold data read)
+HOOK_FRAME = """
+def frames():
+    try:
+        open("{gold}")
+    except PermissionError as e:
+        tb = e.__traceback__
+        while tb is not None:
+            yield tb.tb_frame
+            tb = tb.tb_next
+try:
+    for fr in frames():
+        if fr.f_locals.get("inside") is not None:
+            fr.f_locals["inside"].__closure__[0].cell_contents = "/"
+except AttributeError:
+    pass
+try:
+    data = open("{gold}").read()
+except PermissionError:
+    data = ""
+def f():
+    return data
+"""
+
+
+def test_adversary_rewrites_the_hook_through_a_traceback(gold_and_loose):
+    run_adversary(HOOK_FRAME.format(gold=gold_and_loose[0]), "assert '42' in f()")
+    # a signal handler's frame argument (the main thread's frame, with the hook among its locals) is refused too:
+    # the program runs in a second thread, where Python refuses signal handlers
+    run_adversary("import signal\nsignal.signal(signal.SIGUSR1, lambda *a: None)", "assert True")
+
 @pytest.mark.parametrize("problem,why", [
     ({"test_code": "def check(candidate):\n    assert candidate(1) == 2\n"}, "check(candidate) without an entry point"),
     ({"test_code": "x = 1\nprint(x)"}, "tests that assert nothing"),
@@ -1005,12 +1071,13 @@ def test_humaneval_canonical_solutions_pass():
 @needs("mbpp", "mbpp.jsonl")
 def test_always_equal_answers_fail_every_real_problem():
     """The always-equal objects of ALWAYS_EQUAL, returned by each problem's entry point, pass no HumanEval problem
-    and no MBPP problem (every 4th; all with GRPO_FULL_DATA=1): before the strict comparisons they passed most."""
+    and no MBPP problem (every 4th; all with GRPO_FULL_DATA=1): before the strict comparisons they passed most.
+    Nor do the attacks on the in-process harness (IN_PROCESS_HARNESS), which passed every one."""
     step = 1 if os.environ.get("GRPO_FULL_DATA") else 4
     probs = data.load_problems(str(DATA / "humaneval" / "HumanEval.jsonl"), task="code")
     probs += data.load_problems(str(DATA / "mbpp" / "mbpp.jsonl"), task="code")[::step]
-    for kind in ("object", "int_subclass"):
-        out = R.grade([fence(ALWAYS_EQUAL[kind].replace("NAME", p["entry_point"])) for p in probs], probs)
+    for kind, prog in [(k, ALWAYS_EQUAL[k]) for k in ("object", "int_subclass")] + list(IN_PROCESS_HARNESS.items()):
+        out = R.grade([fence(prog.replace("NAME", p["entry_point"])) for p in probs], probs)
         assert [p["id"] for p, (r, _) in zip(probs, out) if r] == [], kind
 
 
