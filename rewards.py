@@ -590,7 +590,8 @@ def _wire(depth, handle=None):
             return ["atom", x]
         if t in atoms and (t is not type or getattr(builtins, x.__name__, None) is x):
             return [atoms[t][0], atoms[t][1](x)]
-        if k or hasattr(t, "__next__"):  # an iterator: its first items
+        if k or hasattr(t, "__next__") and t.__module__ in ("builtins", "itertools"):  # a built-in iterator or a
+            # generator: its first items (not a file: it is one too)
             items = x.items() if k in ("dict", "OrderedDict", "Counter") else [x.real, x.imag] if t is complex else x
             return [k or "iter", [enc(v, d + 1) for v in itertools.islice(items, 100_000 if k is None else None)]]
         if handle is None:

@@ -856,7 +856,8 @@ for escape in (lambda: os.open("proc/self/maps", os.O_RDONLY, dir_fd=os.open("/"
     except Exception:
         pass
 for craft in (lambda: (lambda: 1).__code__.replace(co_consts=(2,)),  # crafted code objects read memory
-              lambda: __import__("marshal").loads(__import__("marshal").dumps(compile("1", "", "eval")))):
+              lambda: __import__("marshal").loads(__import__("marshal").dumps(compile("1", "", "eval"))),
+              lambda: __import__("marshal").load(__import__("io").BytesIO(__import__("marshal").dumps(compile("1", "", "eval"))))):
     try:
         ways.append(craft())
     except Exception:
@@ -986,6 +987,14 @@ def test_adversary_runs_code_in_the_harness_frame(kind):
         prog = IN_PROCESS_HARNESS[kind].replace("NAME", "add")
         assert R.code_check(fence(prog), {"task": "code", "prompt": "", **problem}) == (0.0, "fail"), problem
 
+
+
+@pytest.mark.parametrize("exc", ["SystemExit(0)", "KeyboardInterrupt", "GeneratorExit", "StopIteration"])
+def test_adversary_raises_what_would_end_the_judge(exc):
+    """The judge re-raises the program's exception by its name: only subclasses of Exception, so a SystemExit(0)
+    cannot end the judge early with exit status 0 (its pass), nor a KeyboardInterrupt skip the tests."""
+    run_adversary(f"def f(x):\n    raise {exc}", "assert f(1) == 2")
+    run_adversary(f"def f(x):\n    raise {exc}", "def check(candidate):\n    assert candidate(1) == 2\ncheck(f)")
 
 # ... and the judge's design holds only while the sandbox's hook does: a refused call's traceback holds the hook's
 # frame, whose locals are its closure's values (`inside`, whose cell `work` then became "/": the gold data read)
