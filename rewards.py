@@ -421,8 +421,7 @@ class ExecResult:
 def _sandbox_main():
     import _imp, _signal, _stat, _thread, gc, json, os, resource, sys  # no ctypes
     job_path, req_fd, resp_fd = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    with open(job_path) as f:
-        job = json.load(f)
+    job = json.load(open(job_path))
     sys.path[:] = [p for p in sys.path if p]  # the standard library only: not the cwd (the program could plant math.py
     # there), not site-packages (native modules such as _cffi_backend read memory and files)
     if child := os.fork():   # the intermediate: keeps the caller's identity and waits; the caller keeps the clock
@@ -527,10 +526,7 @@ def _sandbox_main():
     _thread.start_new_thread(_program, (job, go, req_fd, resp_fd))
     lock_down()
     go.release()
-    try:
-        wait.acquire()  # forever: the program's thread ends the process
-    except:  # noqa: E722
-        os._exit(1)
+    wait.acquire()  # forever (nothing can interrupt it: no signal has a Python handler): the program's thread ends it
 
 
 def _program(job, go, req_fd, resp_fd):  # the program's thread: nothing of the sandbox among its locals or args
@@ -542,8 +538,7 @@ def _program(job, go, req_fd, resp_fd):  # the program's thread: nothing of the 
     try:
         for name in "setup", "code":
             exec(compile(job[name], "<%s>" % name, "exec"), g)
-        requests, replies, reply = os.fdopen(req_fd, "rb"), os.fdopen(resp_fd, "wb"), ["ok", ["atom", None]]
-        line = b"start"
+        requests, replies, reply, line = os.fdopen(req_fd, "rb"), os.fdopen(resp_fd, "wb"), ["ok", ["atom", None]], b"-"
         while job["mode"] == "test" and line:  # the first reply: the program ran to its end (the judge waits for it)
             replies.write(json.dumps(reply).encode() + b"\n")
             replies.flush()
@@ -722,10 +717,9 @@ def run_python(code: str, tests: str = "", *, setup: str = "", entry_point: str 
     finally:
         for p in procs:
             if p.returncode is None:  # failed half-way: leave nothing running
-                for kill in (lambda: os.killpg(p.pid, signal.SIGKILL), p.kill):
-                    with contextlib.suppress(OSError):
-                        kill()
-                p.wait()
+                with contextlib.suppress(OSError):
+                    os.killpg(p.pid, signal.SIGKILL)
+                p.kill(), p.wait()
         [os.close(fd) for fd in fds]
         [f.close() for f in files]
         shutil.rmtree(work, ignore_errors=True)
