@@ -12,45 +12,49 @@ CPU limit or batch budget) | no_code | bad_problem (no tests, tests that assert 
 no entry point, an io test expecting no output) | error (the sandbox failed). grade() scores a batch in parallel under
 a total time budget. Everything fails closed (scores 0).
 
-Sandbox, per run: `python -S` in its own session, temp dir and scrubbed environment, killed with its process group
-at the time limit. It forks: the parent keeps the caller's identity and waits; the child drops to `nobody` when
-the caller is root, sets rlimits (CPU, memory, file size, NPROC 1, no core, 64 fds), installs an audit hook refusing
-kill, process creation, ctypes, sockets, sqlite, tracing, other audit hooks, frame/gc introspection, writing outside
-its dir and reading outside it and the standard library (so not /proc, the data's gold answers or other runs' files).
-Its path checks resolve paths with C functions bound before the program runs (posixpath's Python functions call what
-the program can rebind) and accept exact str / bytes only. Guaranteed, each by an adversarial test:
-- The pass signal is out of reach of the program's frames: a pass needs exit 0 *and* a random nonce written to a
-  private pipe after every test ran, and the nonce is only a local of the thread that runs setup, program and tests.
-  That thread is not the main one, so Python refuses it signal handlers (whose frame argument led back to the
-  harness), and it never ends with an exception (whose traceback held its frame: a bare except, then os._exit, and
-  nothing of the program's, not even its exception's repr, runs there); frames are refused otherwise
-  (sys._getframe, tracebacks' and generators' frames, tracing, sys.monitoring removed). The main thread, which only
-  waits, ignores SIGINT, so the program cannot make it raise (and run its excepthook or atexit functions). The
-  routes to the process's memory are refused too: ctypes is never loaded and cannot be imported (nor _testcapi),
-  /proc and directories outside the work dir cannot be opened, nor can os.open take a relative path (its audit event
-  does not show the dir_fd the kernel resolves it against: as root the sandbox holds fds of the standard library's
-  directories, for its imports), code objects cannot be built or unmarshalled (crafted bytecode).
-- The tests do not trust the program's objects: their comparisons and arithmetic are rewritten (ast) to refuse a
-  trusted value (an allowlist of exact built-in types, containers of them, an unmodified Counter, numpy's types)
-  meeting anything else, so an always-equal object or int subclass passes no `==`, `in` or `abs(x - y) < eps`.
-- The tests run in their own namespace: the real builtins (a private copy; only the problem's entry point may be
-  named like one), the setup's (the prompt's) helpers over the program's redefinitions of them.
-- The caller compares stdin/stdout tests itself and kills the process group; malformed problems never pass.
+Code tests are decided outside the program's process. The program's process (the sandbox) runs setup + program,
+then serves calls over two pipes: it never sees the tests and holds no secret. A judge process (python -S, started
+here, not forked from it; no program code ever runs in it) runs the problem's setup and tests; each name the tests
+use that neither the setup nor builtins define (and the entry point) is fetched from the program: a plain value
+(tagged JSON of exact built-in types: None, bool, int, float, complex, str, bytes, list, tuple, set, frozenset,
+dict, OrderedDict, Counter, deque; an iterator as its first 100,000 items), decoded by the judge into fresh objects
+(bounded size and nesting, never eval or pickle), or a handle to any other object: calling it, getting or setting
+its attributes runs in the program's process; it compares with nothing and has no truth value. Its exceptions come
+back by the name of their built-in class (else Exception; never SystemExit / KeyboardInterrupt). Pass: the judge
+exits 0 after every test ran. Guaranteed, each by an adversarial test:
+- Nothing the program does in its process reaches the verdict: finalizers or gc callbacks running in the harness's
+  frame, impostor dict keys, always-equal objects or int subclasses (they cross as handles), rebound builtins
+  (the judge's are its own; only the entry point may be named like one), redefined setup helpers (the judge runs
+  the setup), exiting 0 before the tests (the judge first waits for the program to run to its end).
+- The sandbox, per run: `python -S` in its own session, temp dir and scrubbed environment, killed with its process
+  group at the time limit (the judge's too). It forks: the parent keeps the caller's identity and waits; the child
+  drops to `nobody` when the caller is root, sets rlimits (CPU, memory, file size, NPROC 1, no core, 64 fds),
+  installs an audit hook refusing kill, process creation, ctypes, sockets, sqlite, tracing, other audit hooks,
+  frame/gc introspection, writing outside its dir and reading outside it and the standard library (so not /proc,
+  the data's gold answers or other runs' files). Its path checks resolve paths with C functions bound before the
+  program runs and accept exact str / bytes only. The hook's own state (its closure) must stay out of reach: a
+  refused call's traceback holds the hook's frame (frames are refused: sys._getframe, tracebacks', generators',
+  gc.set_debug removed), and a signal handler's frame argument led to the main thread's (the program runs in a
+  second thread, where Python refuses signal handlers; the main thread only waits and ignores SIGINT). The routes
+  to the process's memory are refused too: ctypes, _testcapi, /proc, os.open relative to a dir_fd, building or
+  unmarshalling code objects.
+- The caller compares stdin/stdout tests itself and kills the process groups; malformed problems never pass.
 
-NOT protected against (run large-scale untrusted code in a container or VM):
-- A memory-safety bug of CPython or of an extension module the program may import would give it the process's
-  memory, nonce included: the tests run where the program runs. Deciding outside the process would close that.
+NOT supported / NOT protected against (run large-scale untrusted code in a container or VM):
+- Tests that need the program's objects by value: comparing two objects of the program's classes, mutating an
+  argument in place and checking it (the program gets a copy), a program global changed by a later call (fetched
+  once, before the tests), a defaultdict (arrives as a dict), iterators past 100,000 items, nesting past 100 levels.
+- A memory-safety bug of CPython or of an extension module the program may import escapes the audit hook (reading
+  the data's gold answers); the verdict stays the judge's.
 - A program that leaves the process group (os.setsid is not audited) and sleeps outlives its run.
-- Wrong-but-passing answers the tests cannot see: special-casing the (often visible) tests, monkeypatching a module
-  the tests import (math.fabs in HumanEval/32), comparisons between two untrusted objects (the program's own).
+- Wrong-but-passing answers the tests cannot see: special-casing the (often visible) tests, a test that only checks
+  that a call does not raise (a program that sends its reply early then hangs passes tests that call nothing).
 - As non-root the program runs as you, behind only the audit hook, which can be evaded (os.pidfd_open +
-  signal.pidfd_send_signal are not audited); as root, `nobody` can still signal other `nobody` processes. A file
-  opened by C code without an audit event is not checked (the known modules that do are refused: readline, shared
-  memory, dbm, syslog, Tcl; an allow-list of extension modules would be stronger); os.mkfifo and os.mknod (no
-  audit event) can make empty files or FIFOs where the user may write (as root: /tmp), also relative to a dir_fd;
-  directories outside can be listed (names, not contents; as root also the standard library's through its fds). A
-  function or class the tests define and pass to the program (none in HumanEval or MBPP) gives it the tests'
-  namespace through __globals__, and with it their comparison helpers.
+  signal.pidfd_send_signal are not audited: it can kill the judge, which only fails it); as root, `nobody` can still
+  signal other `nobody` processes. A file opened by C code without an audit event is not checked (the known modules
+  that do are refused: readline, shared memory, dbm, syslog, Tcl); os.mkfifo and os.mknod (no audit event) can make
+  empty files or FIFOs where the user may write (as root: /tmp), also relative to a dir_fd; directories outside can
+  be listed (names, not contents).
 - Network is refused only by the audit hook (no namespace); disk use is bounded per file only.
 Cost of the memory guards: a program importing anything outside the standard library fails (site-packages are not
 on its path, and native modules load only from the standard library's files), and so does one importing subprocess or
