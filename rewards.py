@@ -445,19 +445,6 @@ def _sandbox_main():
     # No PR_SET_PDEATHSIG: it needs ctypes, and a _ctypes this process has loaded can be loaded again by file
     # path with no audit event, giving the program pointers into its own memory (and the hook's state). The caller
     # kills the process group instead (a program could leave it with os.setsid).
-    def lock_down():  # rlimits (NPROC 1 refuses new threads: called once the program's thread exists), the hook
-        for name, lim in (("CPU", (job["cpu"], job["cpu"] + 1)), ("AS", (job["mem"],) * 2), ("FSIZE", (job["fsize"],) * 2),
-                          ("NPROC", (1, 1)), ("CORE", (0, 0)), ("NOFILE", (64, 64))):
-            resource.setrlimit(getattr(resource, "RLIMIT_" + name), lim)
-        # imports compile from source from now on (no cache under this prefix), so marshal can be refused: crafted
-        # bytecode (a .pyc) reads memory, and with it could undo the hook
-        sys.pycache_prefix = work + "no-pycache"
-        sys.addaudithook(hook)
-        # gc.set_debug(DEBUG_SAVEALL) kept dead frames in gc.garbage (this hook's, in a refused call's traceback);
-        # a fresh gc module (with it back) needs _imp.create_builtin: every builtin module is imported now (but
-        # refused ones: Debian's Python has syslog and _posixsubprocess built in), then both go
-        [__import__(name) for name in sys.builtin_module_names if not unsafe(name)]
-        del gc.set_debug, _imp.create_builtin
     stat, readlink, getcwd = os.stat, os.readlink, os.getcwd
     def resolve(p, rel=True, type=type, str=str, bytes=bytes, OSError=OSError, PermissionError=PermissionError):
         # os.path.realpath from C functions bound now: posixpath's are Python and call what the program can patch.
@@ -528,7 +515,19 @@ def _sandbox_main():
     go.acquire(), wait.acquire()
     _signal.signal(_signal.SIGINT, _signal.SIG_IGN)
     _thread.start_new_thread(_program, (job, go, req_fd, resp_fd))
-    lock_down()
+    # rlimits (NPROC 1 refuses new threads: set once the program's thread exists), the hook
+    for name, lim in (("CPU", (job["cpu"], job["cpu"] + 1)), ("AS", (job["mem"],) * 2), ("FSIZE", (job["fsize"],) * 2),
+                      ("NPROC", (1, 1)), ("CORE", (0, 0)), ("NOFILE", (64, 64))):
+        resource.setrlimit(getattr(resource, "RLIMIT_" + name), lim)
+    # imports compile from source from now on (no cache under this prefix), so marshal can be refused: crafted
+    # bytecode (a .pyc) reads memory, and with it could undo the hook
+    sys.pycache_prefix = work + "no-pycache"
+    sys.addaudithook(hook)
+    # gc.set_debug(DEBUG_SAVEALL) kept dead frames in gc.garbage (this hook's, in a refused call's traceback);
+    # a fresh gc module (with it back) needs _imp.create_builtin: every builtin module is imported now (but
+    # refused ones: Debian's Python has syslog and _posixsubprocess built in), then both go
+    [__import__(name) for name in sys.builtin_module_names if not unsafe(name)]
+    del gc.set_debug, _imp.create_builtin
     go.release()
     wait.acquire()  # forever (nothing can interrupt it: no signal has a Python handler): the program's thread ends it
 
@@ -553,8 +552,7 @@ def _program(job, go, req_fd, resp_fd):  # the program's thread: nothing of the 
                 reply = ["ok", enc(obj if op == "get" else obj(*args, **kw) if op == "call" else
                                    (getattr, setattr)[op == "setattr"](obj, *args))]
             except BaseException as e:  # noqa: B036 (SystemExit from the program is an answer too)
-                name = type(e).__name__
-                reply = ["raise", name if getattr(builtins, name, None) is type(e) else "Exception"]
+                reply = ["raise", type(e).__name__ if getattr(builtins, type(e).__name__, None) is type(e) else "Exception"]
         status = 0
     except SystemExit as e:  # as a script's exit status
         status = 0 if e.code is None else e.code if type(e.code) is int else 1
