@@ -12,45 +12,49 @@ CPU limit or batch budget) | no_code | bad_problem (no tests, tests that assert 
 no entry point, an io test expecting no output) | error (the sandbox failed). grade() scores a batch in parallel under
 a total time budget. Everything fails closed (scores 0).
 
-Sandbox, per run: `python -S` in its own session, temp dir and scrubbed environment, killed with its process group
-at the time limit. It forks: the parent keeps the caller's identity and waits; the child drops to `nobody` when
-the caller is root, sets rlimits (CPU, memory, file size, NPROC 1, no core, 64 fds), installs an audit hook refusing
-kill, process creation, ctypes, sockets, sqlite, tracing, other audit hooks, frame/gc introspection, writing outside
-its dir and reading outside it and the standard library (so not /proc, the data's gold answers or other runs' files).
-Its path checks resolve paths with C functions bound before the program runs (posixpath's Python functions call what
-the program can rebind) and accept exact str / bytes only. Guaranteed, each by an adversarial test:
-- The pass signal is out of reach of the program's frames: a pass needs exit 0 *and* a random nonce written to a
-  private pipe after every test ran, and the nonce is only a local of the thread that runs setup, program and tests.
-  That thread is not the main one, so Python refuses it signal handlers (whose frame argument led back to the
-  harness), and it never ends with an exception (whose traceback held its frame: a bare except, then os._exit, and
-  nothing of the program's, not even its exception's repr, runs there); frames are refused otherwise
-  (sys._getframe, tracebacks' and generators' frames, tracing, sys.monitoring removed). The main thread, which only
-  waits, ignores SIGINT, so the program cannot make it raise (and run its excepthook or atexit functions). The
-  routes to the process's memory are refused too: ctypes is never loaded and cannot be imported (nor _testcapi),
-  /proc and directories outside the work dir cannot be opened, nor can os.open take a relative path (its audit event
-  does not show the dir_fd the kernel resolves it against: as root the sandbox holds fds of the standard library's
-  directories, for its imports), code objects cannot be built or unmarshalled (crafted bytecode).
-- The tests do not trust the program's objects: their comparisons and arithmetic are rewritten (ast) to refuse a
-  trusted value (an allowlist of exact built-in types, containers of them, an unmodified Counter, numpy's types)
-  meeting anything else, so an always-equal object or int subclass passes no `==`, `in` or `abs(x - y) < eps`.
-- The tests run in their own namespace: the real builtins (a private copy; only the problem's entry point may be
-  named like one), the setup's (the prompt's) helpers over the program's redefinitions of them.
-- The caller compares stdin/stdout tests itself and kills the process group; malformed problems never pass.
+Code tests are decided outside the program's process. The program's process (the sandbox) runs setup + program,
+then serves calls over two pipes: it never sees the tests and holds no secret. A judge process (python -S, started
+here, not forked from it; no program code ever runs in it) runs the problem's setup and tests; each name the tests
+use that neither the setup nor builtins define (and the entry point) is fetched from the program: a plain value
+(tagged JSON of exact built-in types: None, bool, int, float, complex, str, bytes, list, tuple, set, frozenset,
+dict, OrderedDict, Counter, deque; an iterator as its first 100,000 items), decoded by the judge into fresh objects
+(bounded size and nesting, never eval or pickle), or a handle to any other object: calling it, getting or setting
+its attributes runs in the program's process; it compares with nothing and has no truth value. Its exceptions come
+back by the name of their built-in class (else Exception; never SystemExit / KeyboardInterrupt). Pass: the judge
+exits 0 after every test ran. Guaranteed, each by an adversarial test:
+- Nothing the program does in its process reaches the verdict: finalizers or gc callbacks running in the harness's
+  frame, impostor dict keys, always-equal objects or int subclasses (they cross as handles), rebound builtins
+  (the judge's are its own; only the entry point may be named like one), redefined setup helpers (the judge runs
+  the setup), exiting 0 before the tests (the judge first waits for the program to run to its end).
+- The sandbox, per run: `python -S` in its own session, temp dir and scrubbed environment, killed with its process
+  group at the time limit (the judge's too). It forks: the parent keeps the caller's identity and waits; the child
+  drops to `nobody` when the caller is root, sets rlimits (CPU, memory, file size, NPROC 1, no core, 64 fds),
+  installs an audit hook refusing kill, process creation, ctypes, sockets, sqlite, tracing, other audit hooks,
+  frame/gc introspection, writing outside its dir and reading outside it and the standard library (so not /proc,
+  the data's gold answers or other runs' files). Its path checks resolve paths with C functions bound before the
+  program runs and accept exact str / bytes only. The hook's own state (its closure) must stay out of reach: a
+  refused call's traceback holds the hook's frame (frames are refused: sys._getframe, tracebacks', generators',
+  gc.set_debug removed), and a signal handler's frame argument led to the main thread's (the program runs in a
+  second thread, where Python refuses signal handlers; the main thread only waits and ignores SIGINT). The routes
+  to the process's memory are refused too: ctypes, _testcapi, /proc, os.open relative to a dir_fd, building or
+  unmarshalling code objects.
+- The caller compares stdin/stdout tests itself and kills the process groups; malformed problems never pass.
 
-NOT protected against (run large-scale untrusted code in a container or VM):
-- A memory-safety bug of CPython or of an extension module the program may import would give it the process's
-  memory, nonce included: the tests run where the program runs. Deciding outside the process would close that.
+NOT supported / NOT protected against (run large-scale untrusted code in a container or VM):
+- Tests that need the program's objects by value: comparing two objects of the program's classes, mutating an
+  argument in place and checking it (the program gets a copy), a program global changed by a later call (fetched
+  once, before the tests), a defaultdict (arrives as a dict), iterators past 100,000 items, nesting past 100 levels.
+- A memory-safety bug of CPython or of an extension module the program may import escapes the audit hook (reading
+  the data's gold answers); the verdict stays the judge's.
 - A program that leaves the process group (os.setsid is not audited) and sleeps outlives its run.
-- Wrong-but-passing answers the tests cannot see: special-casing the (often visible) tests, monkeypatching a module
-  the tests import (math.fabs in HumanEval/32), comparisons between two untrusted objects (the program's own).
+- Wrong-but-passing answers the tests cannot see: special-casing the (often visible) tests, a test that only checks
+  that a call does not raise (a program that sends its reply early then hangs passes tests that call nothing).
 - As non-root the program runs as you, behind only the audit hook, which can be evaded (os.pidfd_open +
-  signal.pidfd_send_signal are not audited); as root, `nobody` can still signal other `nobody` processes. A file
-  opened by C code without an audit event is not checked (the known modules that do are refused: readline, shared
-  memory, dbm, syslog, Tcl; an allow-list of extension modules would be stronger); os.mkfifo and os.mknod (no
-  audit event) can make empty files or FIFOs where the user may write (as root: /tmp), also relative to a dir_fd;
-  directories outside can be listed (names, not contents; as root also the standard library's through its fds). A
-  function or class the tests define and pass to the program (none in HumanEval or MBPP) gives it the tests'
-  namespace through __globals__, and with it their comparison helpers.
+  signal.pidfd_send_signal are not audited: it can kill the judge, which only fails it); as root, `nobody` can still
+  signal other `nobody` processes. A file opened by C code without an audit event is not checked (the known modules
+  that do are refused: readline, shared memory, dbm, syslog, Tcl); os.mkfifo and os.mknod (no audit event) can make
+  empty files or FIFOs where the user may write (as root: /tmp), also relative to a dir_fd; directories outside can
+  be listed (names, not contents).
 - Network is refused only by the audit hook (no namespace); disk use is bounded per file only.
 Cost of the memory guards: a program importing anything outside the standard library fails (site-packages are not
 on its path, and native modules load only from the standard library's files), and so does one importing subprocess or
@@ -66,7 +70,6 @@ import json
 import os
 import pwd
 import re
-import secrets
 import select
 import shutil
 import signal
@@ -420,15 +423,13 @@ class ExecResult:
 # and it runs in a second thread, where Python refuses to install signal handlers (a handler's frame argument
 # would lead back to these frames); frames are otherwise refused by the audit hook.
 def _sandbox_main():
-    import _collections, _imp, _signal, _stat, _thread, ast, builtins, collections, gc, json, os, resource, sys  # no ctypes
-    job_path, result_fd = sys.argv[1], int(sys.argv[2])
-    with open(job_path) as f:
-        job = json.load(f)
-    os.remove(job_path)                                   # holds the nonce and the tests
+    import _imp, _signal, _stat, _thread, gc, json, os, resource, sys  # no ctypes
+    job_path, req_fd, resp_fd = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    job = json.load(open(job_path))
     sys.path[:] = [p for p in sys.path if p]  # the standard library only: not the cwd (the program could plant math.py
     # there), not site-packages (native modules such as _cffi_backend read memory and files)
     if child := os.fork():   # the intermediate: keeps the caller's identity and waits; the caller keeps the clock
-        os.close(result_fd)
+        os.close(req_fd), os.close(resp_fd)
         code = os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
         os._exit(code if code >= 0 else 128 - code)
     if os.geteuid() == 0:
@@ -442,23 +443,9 @@ def _sandbox_main():
                 m.__path__[:] = [via(p) for p in m.__path__]
         os.setgroups([]); os.setgid(job["gid"]); os.setuid(job["uid"])
     # No PR_SET_PDEATHSIG: it needs ctypes, and a _ctypes this process has loaded can be loaded again by file
-    # path with no audit event, giving the program pointers into its own memory (and the nonce). The caller kills
-    # the process group instead (a program could leave it with os.setsid, but not write the nonce).
-    def lock_down():  # rlimits (NPROC 1 refuses new threads: called once the worker thread exists), the hook
-        for name, lim in (("CPU", (job["cpu"], job["cpu"] + 1)), ("AS", (job["mem"],) * 2), ("FSIZE", (job["fsize"],) * 2),
-                          ("NPROC", (1, 1)), ("CORE", (0, 0)), ("NOFILE", (64, 64))):
-            resource.setrlimit(getattr(resource, "RLIMIT_" + name), lim)
-        # imports compile from source from now on (no cache under this prefix), so marshal can be refused: crafted
-        # bytecode (a .pyc) reads memory; sys.monitoring's callbacks (3.12+) would see the tests' code objects
-        sys.pycache_prefix = work + "no-pycache"
-        sys.addaudithook(hook)
-        vars(sys).pop("monitoring", None)
-        # gc.set_debug(DEBUG_SAVEALL) kept the program's dead frames in gc.garbage, and a frame's f_back (not audited)
-        # led to the harness's; a fresh gc module (with it back) needs _imp.create_builtin: every builtin module is
-        # imported now (but refused ones: Debian's Python has syslog and _posixsubprocess built in), then both go
-        [__import__(name) for name in sys.builtin_module_names if not unsafe(name)]
-        del gc.set_debug, _imp.create_builtin
-    write, exit_, run, stat, readlink, getcwd, exc_info = os.write, os._exit, exec, os.stat, os.readlink, os.getcwd, sys.exc_info
+    # path with no audit event, giving the program pointers into its own memory (and the hook's state). The caller
+    # kills the process group instead (a program could leave it with os.setsid).
+    stat, readlink, getcwd = os.stat, os.readlink, os.getcwd
     def resolve(p, rel=True, type=type, str=str, bytes=bytes, OSError=OSError, PermissionError=PermissionError):
         # os.path.realpath from C functions bound now: posixpath's are Python and call what the program can patch.
         # An exact str or bytes only: a PathLike or a str subclass could answer this check and the call differently
@@ -503,6 +490,7 @@ def _sandbox_main():
                 type(args[0]) is not str or any(unsafe(part) for part in args[0].split("."))  # a native module only
                 or args[1] is not None and not resolve(args[1]).startswith(readable)):  # from the standard library's files
             raise PermissionError("sandbox: " + event)
+        # frames: a traceback of a refused call holds this hook's frame, whose locals lead to its closure's cells
         if event == "sys._getframe" or event == "object.__getattr__" and args[1] in ("tb_frame", "gi_frame", "cr_frame",
                                                                                    "ag_frame"):
             # ValueError for sys._getframe: namedtuple, typing and enum tolerate it there
@@ -520,166 +508,226 @@ def _sandbox_main():
             if any(type(a) not in not_paths and not inside(resolve(a)) for a in args) or \
                     any(a not in (None, -1) for a in args[len(args) - n:] if n):
                 raise PermissionError("sandbox: " + event)
-    if job["mode"] == "io":                               # a script: SystemExit ends it as usual
-        code = compile(job["code"], "<solution>", "exec")
-        lock_down()
-        return run(code, {"__name__": "__main__", "__builtins__": builtins})
-    # Strict comparisons for the tests: a comparison or arithmetic between a trusted value and anything else
-    # raises, so an always-equal object (a plain class or an int subclass) cannot pass `assert f(x) == 7` or
-    # `abs(f(x) - 7) < 1e-6`. Trusted: these exact types (by identity: a metaclass can fake == and hash),
-    # containers checked element by element, Counter only while unmodified, numpy's C types unless holding objects
-    flags, items, c = type.__dict__["__flags__"].__get__, dict.items, collections
-    views = {id(type(v)) for v in ({}.keys(), {}.values(), {}.items())}
-    atoms = {id(t) for t in (int, float, complex, bool, str, bytes, bytearray, type(None), range)}
-    seqs = {id(t) for t in (list, tuple, set, frozenset, _collections.deque)} | views
-    maps, counter, counter_dict = {id(t) for t in (dict, c.OrderedDict, c.defaultdict)}, c.Counter, dict(vars(c.Counter))
-    def plain(x, type=type, all=all, vars=vars, id=id):
-        t = type(x)
-        if id(t) in atoms:
-            return True
-        if id(t) in seqs:
-            return all(plain(v) for v in x)
-        if id(t) in maps or t is counter and vars(t) == counter_dict:
-            return all(plain(k) and plain(v) for k, v in items(x))
-        return not flags(t) & 512 and type.__dict__["__module__"].__get__(t) == "numpy" and x.dtype.kind != "O"
-    def arith(op, a, b, TypeError=TypeError):
-        if plain(a) != plain(b):
-            raise TypeError("sandbox: a value met an object of a class defined in Python")
-        return op(a, b)
-    def cmp(ops, *thunks, len=len, type=type, dict=dict, enumerate=enumerate):  # builtins bound now: the program
-        # could rebind them while the tests call it  # a chain a < b < c: each operand evaluated once, as Python does
-        a = thunks[0]()
-        for k, op in enumerate(ops):
-            b = thunks[k + 1]()
-            r = arith(op, *(dict(v) if type(v) is counter else v for v in (a, b)))  # its __eq__ is patchable Python
-            if not r or k + 1 == len(ops):
-                return r
-            a = b
-    fn = lambda args, body: ast.Lambda(ast.arguments([], [ast.arg(a) for a in args], None, [], [], None, []), body)
-    x, y = ast.Name("x", ast.Load()), ast.Name("y", ast.Load())
-    call = lambda f, *a: ast.Call(ast.Name(f, ast.Load()), list(a), [])
-    class Strict(ast.NodeTransformer):
-        def visit_Compare(self, node):
-            self.generic_visit(node)
-            if all(isinstance(o, (ast.Is, ast.IsNot)) for o in node.ops):
-                return node
-            ops = ast.Tuple([fn("xy", ast.Compare(x, [o], [y])) for o in node.ops], ast.Load())
-            return call("_sbx_cmp", ops, *(fn("", e) for e in [node.left, *node.comparators]))
-        def visit_BinOp(self, node):
-            self.generic_visit(node)
-            return call("_sbx_bin", fn("xy", ast.BinOp(x, node.op, y)), node.left, node.right)
-    nonce, ep, check = job.pop("nonce").encode(), job["entry_point"], job["check"]
-    saved, clear, update = dict(builtins.__dict__), builtins.__dict__.clear, builtins.__dict__.update
-    def worker(nonce, go, dict=dict, type=type, str=str, type_name=type.__dict__["__name__"].__get__):
-        go.acquire()
-        try:  # compiled before any of it runs (a syntax error in the program fails here)
-            tree = ast.fix_missing_locations(Strict().visit(ast.parse(job["tests"])))
-            codes = [compile(src, "<%s>" % name, "exec", dont_inherit=True, optimize=0)
-                     for name, src in (("setup", job["setup"]), ("code", job["code"]), ("tests", tree))]
-            setup_ns = {"__name__": "__main__", "__builtins__": builtins}
-            run(codes[0], setup_ns)
-            g = dict(setup_ns)
-            run(codes[1], g)
-            clear(); update(saved)
-            # the tests' namespace: the program's names except those shadowing a builtin (the entry point may),
-            # the setup's names over the program's (e.g. a helper the prompt gave), private builtins, strict ops; str
-            # keys only (an object hashing and comparing like '_sbx_cmp', inserted first, took that name's slot)
-            tb = dict(saved)
-            ns = {k: v for k, v in g.items() if type(k) is str and (k not in tb or k == ep)}
-            ns.update({k: v for k, v in setup_ns.items() if k != ep}, __builtins__=tb, _sbx_cmp=cmp, _sbx_bin=arith)
-            run(codes[2], ns)
-            if check:
-                ns["check"](ns[ep])
-            write(result_fd, nonce)
-            exit_(0)
-        except:  # noqa: E722 (bare: `except BaseException` looks the name up, which the program can rebind); no repr
-            write(2, ("harness: " + type_name(exc_info()[0])).encode())  # of its objects: that runs its code here
-        finally:  # this thread never ends with an exception: its frame (and the nonce) would reach the program
-            exit_(1)
+    # The program runs in a second thread (_program): Python refuses it signal handlers, whose frame argument led
+    # back to this frame, whose locals (the hook's closure) the program could then rewrite; that thread's frames
+    # lead nowhere. SIGINT (the only signal whose default runs Python code here: KeyboardInterrupt) is ignored.
     go, wait = _thread.allocate_lock(), _thread.allocate_lock()
-    go.acquire(); wait.acquire()
-    # SIGINT (the only signal whose default raises: KeyboardInterrupt) ignored in this thread, which the program can
-    # signal (pidfd_send_signal is not audited) but not give a handler: an exception here ran its excepthook / atexit
+    go.acquire(), wait.acquire()
     _signal.signal(_signal.SIGINT, _signal.SIG_IGN)
-    _thread.start_new_thread(worker, (nonce, go))  # not threading.Thread: its object would hold the arguments
-    del nonce
-    lock_down()
+    _thread.start_new_thread(_program, (job, go, req_fd, resp_fd))
+    # rlimits (NPROC 1 refuses new threads: set once the program's thread exists), the hook
+    for name, lim in (("CPU", (job["cpu"], job["cpu"] + 1)), ("AS", (job["mem"],) * 2), ("FSIZE", (job["fsize"],) * 2),
+                      ("NPROC", (1, 1)), ("CORE", (0, 0)), ("NOFILE", (64, 64))):
+        resource.setrlimit(getattr(resource, "RLIMIT_" + name), lim)
+    # imports compile from source from now on (no cache under this prefix), so marshal can be refused: crafted
+    # bytecode (a .pyc) reads memory, and with it could undo the hook
+    sys.pycache_prefix = work + "no-pycache"
+    sys.addaudithook(hook)
+    # gc.set_debug(DEBUG_SAVEALL) kept dead frames in gc.garbage (this hook's, in a refused call's traceback);
+    # a fresh gc module (with it back) needs _imp.create_builtin: every builtin module is imported now (but
+    # refused ones: Debian's Python has syslog and _posixsubprocess built in), then both go
+    [__import__(name) for name in sys.builtin_module_names if not unsafe(name)]
+    del gc.set_debug, _imp.create_builtin
     go.release()
+    wait.acquire()  # forever (nothing can interrupt it: no signal has a Python handler): the program's thread ends it
+
+
+def _program(job, go, req_fd, resp_fd):  # the program's thread: nothing of the sandbox among its locals or args
+    """Setup and program (a script in io mode), then (tests) their top-level names served to the judge, a request a
+    line. Nothing here is trusted (the program may rebind all of it): the judge decides, from the values it decodes."""
+    import builtins, json, os, sys
+    go.acquire()
+    status, g, (enc, dec) = 1, {"__name__": "__main__", "__builtins__": builtins}, _wire(job["depth"])
     try:
-        wait.acquire()  # forever: the worker ends the process
-    except:  # noqa: E722 (bare, as in the worker)
-        exit_(1)
+        for name in "setup", "code":
+            exec(compile(job[name], "<%s>" % name, "exec"), g)
+        requests, replies, reply, line = os.fdopen(req_fd, "rb"), os.fdopen(resp_fd, "wb"), ["ok", ["atom", None]], b"-"
+        while job["mode"] == "test" and line:  # the first reply: the program ran to its end (the judge waits for it)
+            replies.write(json.dumps(reply).encode() + b"\n")
+            replies.flush()
+            line = requests.readline()  # b"" once the judge is done
+            try:  # get a global, or call / getattr / setattr an object
+                op, target, args, kwargs = json.loads(line)
+                obj, args, kw = g[target] if op == "get" else dec(["ref", target]), [*map(dec, args)], {k: dec(v) for k, v in kwargs}
+                reply = ["ok", enc(obj if op == "get" else obj(*args, **kw) if op == "call" else
+                                   (getattr, setattr)[op == "setattr"](obj, *args))]
+            except BaseException as e:  # noqa: B036 (SystemExit from the program is an answer too)
+                reply = ["raise", type(e).__name__ if getattr(builtins, type(e).__name__, None) is type(e) else "Exception"]
+        status = 0
+    except SystemExit as e:  # as a script's exit status
+        status = 0 if e.code is None else e.code if type(e.code) is int else 1
+    except BaseException as e:  # noqa: B036 (its traceback cannot be printed: frames are refused)
+        sys.stderr.write("program: %s\n" % type(e).__name__)
+    finally:
+        try:
+            sys.stdout.flush(), sys.stderr.flush()
+        finally:
+            os._exit(status)
 
 
-# The harness runs as its own program (python -S -c, argv: job file, result fd): this function's source, then a call.
-_HARNESS = inspect.getsource(_sandbox_main) + "_sandbox_main()\n"
+def _wire(depth, handle=None):
+    """The values judge and program exchange: tagged JSON of exact built-in types, decoded into fresh objects
+    (never eval or pickle), nesting and (by the caller) size bounded; an iterator as its first items. Anything else
+    the program sends is a handle ("ref", i) into its table, which the judge decodes as handle(i) and may only send
+    back; the judge sends nothing else (TypeError). Returns (encode, decode); source shared by both processes."""
+    import builtins, collections, itertools
+    builtin_type = lambda v: getattr(builtins, v) if type(getattr(builtins, v, None)) is type else {}[v]
+    atoms = {int: ("int", hex, lambda v: int(v, 16)), float: ("float", float.hex, float.fromhex),  # hex: no digit
+             bytes: ("bytes", bytes.hex, bytes.fromhex), type: ("type", lambda t: t.__name__, builtin_type)}  # limit
+    kinds = {"list": list, "tuple": tuple, "set": set, "frozenset": frozenset, "deque": collections.deque,
+             "iter": iter, "complex": lambda v: complex(*v), "dict": dict, "OrderedDict": collections.OrderedDict,
+             "Counter": lambda v: collections.Counter(dict(v))}
+    names = {t: k for k, t in kinds.items()} | {collections.defaultdict: "dict", collections.Counter: "Counter", complex: "complex"}
+    parse, table, handles = {tag: f for tag, _, f in atoms.values()}, [], {}
+    def enc(x, d=0):
+        t, k = type(x), names.get(type(x))
+        if d > depth:
+            raise ValueError("too deeply nested")
+        if x is None or t in (bool, str):
+            return ["atom", x]
+        if t in atoms and (t is not type or getattr(builtins, x.__name__, None) is x):
+            return [atoms[t][0], atoms[t][1](x)]
+        if k or hasattr(t, "__next__") and t.__module__ in ("builtins", "itertools"):  # a built-in iterator or a
+            # generator: its first items (not a file: it is one too)
+            items = x.items() if k in ("dict", "OrderedDict", "Counter") else [x.real, x.imag] if t is complex else x
+            return [k or "iter", [enc(v, d + 1) for v in itertools.islice(items, 100_000 if k is None else None)]]
+        if handle is None:
+            table.append(x)
+        elif t is not handle:
+            raise TypeError("cannot send a %s to the program" % t.__name__)
+        return ["ref", len(table) - 1 if handle is None else x.i]
+    def dec(m, d=0):
+        if d > depth or type(m) is not list or len(m) != 2 or type(m[0]) is not str:
+            raise ValueError("malformed")
+        tag, v = m
+        if tag == "atom" and (v is None or type(v) in (bool, str)) or tag in parse and type(v) is str:
+            return v if tag == "atom" else parse[tag](v)
+        if tag == "ref" and type(v) is int and v >= 0:
+            return table[v] if handle is None else handles.setdefault(v, handle(v))
+        if tag not in kinds or type(v) is not list:
+            raise ValueError("malformed")
+        return kinds[tag]([dec(x, d + 1) for x in v])
+    return enc, dec
+
+
+def _judge_main():  # runs as its own program (python -S -c; argv: request fd, reply fd; the job on stdin)
+    """The tests, outside the program's process; no code of the program runs here. The setup (the problem's) runs
+    here, then the names the tests need from the program are fetched: fresh plain values, or handles whose calls
+    run there. Pass: exit status 0, only after every test ran."""
+    import ast, builtins, contextlib, json, os, sys
+    job, requests, replies = json.load(sys.stdin), os.fdopen(int(sys.argv[1]), "wb"), os.fdopen(int(sys.argv[2]), "rb")
+    class Handle:  # an object of the program's: calls and attribute access run in its process; or it is sent back
+        __slots__ = ("i",)
+        def __init__(self, i):
+            object.__setattr__(self, "i", i)
+        def __call__(self, *args, **kwargs):
+            return ask("call", self.i, args, kwargs)
+        def __getattr__(self, name):
+            return ask("getattr", self.i, [name], {})
+        def __setattr__(self, name, value):
+            ask("setattr", self.i, [name, value], {})
+        def __eq__(self, other):  # its value is out of reach: no comparison or truth value
+            raise TypeError("a value of the program's own class")
+        __ne__ = __lt__ = __le__ = __gt__ = __ge__ = __bool__ = __eq__
+        __hash__ = object.__hash__
+    enc, dec = _wire(job["depth"], Handle)
+    def ask(*request):  # (op, target, args, kwargs), or none: the reply to wait for first
+        if request:
+            op, target, args, kwargs = request
+            requests.write(json.dumps([op, target, [*map(enc, args)], [[k, enc(v)] for k, v in kwargs.items()]]).encode() + b"\n")
+            requests.flush()
+        try:
+            status, value = json.loads(replies.readline(job["cap"] + 1))
+            if status == "ok":
+                return dec(value)
+            kind = getattr(builtins, value) if type(value) is str and value.isidentifier() else None
+        except Exception:  # a malformed reply, or none: the program failed, whatever the tests would catch
+            os._exit(1)
+        raise kind() if type(kind) is type and issubclass(kind, Exception) else Exception()
+    # pass: exit status 0, at the end of this script; any exception the tests let out exits 1
+    tree, ns = ast.parse(job["tests"]), {"__name__": "__main__", "__builtins__": builtins}
+    ask()  # the program ran to its end
+    exec(compile(job["setup"], "<setup>", "exec"), ns)
+    # each name the tests use that neither the setup nor builtins define, and the entry point: the program's
+    # (those the tests define themselves replace it when they run)
+    for name in sorted({n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} - set(ns) - set(vars(builtins))
+                       | {job["entry_point"]} - {None}):
+        ns.pop(name, None)
+        with contextlib.suppress(Exception):  # not defined by the program: the tests' NameError
+            ns[name] = ask("get", name, [], {})
+    exec(compile(tree, "<tests>", "exec"), ns)
+    if job["check"]:
+        ns["check"](ns[job["entry_point"]])
+
+
+# The sandbox and the judge run as their own programs (python -S -c): these functions' sources, then a call.
+_HARNESS = "".join(map(inspect.getsource, (_wire, _program, _sandbox_main))) + "_sandbox_main()\n"
+_JUDGE = inspect.getsource(_wire) + inspect.getsource(_judge_main) + "_judge_main()\n"
 
 _NOBODY = next(((p.pw_uid, p.pw_gid) for p in pwd.getpwall() if p.pw_name == "nobody"), (65534, 65534))  # uid, gid
 
 
 def run_python(code: str, tests: str = "", *, setup: str = "", entry_point: str | None = None,
                stdin: str | None = None, timeout: float = TIMEOUT_S, memory_mb: int = MEMORY_MB) -> ExecResult:
-    """Run setup + code + tests in the sandbox (pass = every test ran and passed), or, when stdin is given, code
-    as a script reading it (pass = exit status 0; the caller compares stdout)."""
+    """Run setup + code in the sandbox and the tests in a judge process calling it (pass = every test ran and
+    passed), or, when stdin is given, code as a script reading it (pass = exit status 0; the caller compares stdout)."""
     t0 = time.monotonic()
     if timeout <= 0:
         return ExecResult("timeout", None, "", "batch time budget spent", 0.0)
-    nonce, cap = secrets.token_hex(16), OUTPUT_MB << 20
-    job = dict(mode="test" if stdin is None else "io", setup=setup, code=code, tests=tests, entry_point=entry_point,
-               check=bool(entry_point and _CHECK.search(tests)), nonce=nonce, timeout=timeout, uid=_NOBODY[0],
-               gid=_NOBODY[1], cpu=int(timeout) + 1, mem=memory_mb << 20, fsize=cap)
-    work, proc = tempfile.mkdtemp(prefix=WORKDIR_PREFIX), None
-    rfd, wfd = os.pipe()
-    files = [tempfile.TemporaryFile() for _ in range(3)]  # stdin, stdout, stderr: files cannot fill up and block
-    try:
+    cap, testing = OUTPUT_MB << 20, stdin is None
+    job = dict(mode="test" if testing else "io", setup=setup, code=code, depth=100, uid=_NOBODY[0], gid=_NOBODY[1],
+               cpu=int(timeout) + 1, mem=memory_mb << 20, fsize=cap)
+    judge_job = dict(setup=setup, tests=tests, entry_point=entry_point, depth=100, cap=cap,
+                     check=bool(entry_point and _CHECK.search(tests)))
+    work, procs, fds = tempfile.mkdtemp(prefix=WORKDIR_PREFIX), [], [*os.pipe(), *os.pipe()]  # requests, replies
+    files = [tempfile.TemporaryFile() for _ in range(5)]  # stdin, stdout, stderr: files cannot fill up and block;
+    try:                                                  # the judge's job, its output
         job_path = os.path.join(work, "job.json")
         with open(os.open(job_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
             json.dump(job, f)
         if os.geteuid() == 0:
             os.chown(work, *_NOBODY)
-        files[0].write((stdin or "").encode())
-        files[0].seek(0)
+        files[0].write((stdin or "").encode()), files[3].write(json.dumps(judge_job).encode())
+        [f.seek(0) for f in files]
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": work, "TMPDIR": work, "LANG": "C.UTF-8",
                "PYTHONHASHSEED": "0", "PYTHONIOENCODING": "utf-8", "PYTHONDONTWRITEBYTECODE": "1",
                "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-        proc = subprocess.Popen([sys.executable, "-S", "-c", _HARNESS, job_path, str(wfd)], stdin=files[0],
-                                stdout=files[1], stderr=files[2], cwd=work, env=env, pass_fds=(wfd,),
-                                start_new_session=True)
-        os.close(wfd)
-        wfd = -1
-        pidfd, poll = os.pidfd_open(proc.pid), select.poll()
-        try:  # the wall clock; the process group is killed below either way
+        start = lambda script, fds, **kw: procs.append(subprocess.Popen(  # each in its own session (process group)
+            [sys.executable, "-S", "-c", script, *kw.pop("argv", []), *map(str, fds)], env=env, pass_fds=fds,
+            start_new_session=True, **kw))
+        start(_HARNESS, fds[::3], argv=[job_path], stdin=files[0], stdout=files[1], stderr=files[2], cwd=work)
+        if testing:  # the judge: not forked from the program's process, holding none of its fds but the pipes
+            start(_JUDGE, fds[1:3], stdin=files[3], stdout=files[4], stderr=files[4])
+        [os.close(fd) for fd in fds]
+        fds, pidfd, poll = [], os.pidfd_open(procs[-1].pid), select.poll()  # the judge's when testing
+        try:  # the wall clock; the process groups are killed below either way
             poll.register(pidfd, select.POLLIN)
             exited = bool(poll.poll(timeout * 1000))
         finally:
             os.close(pidfd)
-        with contextlib.suppress(ProcessLookupError):  # before reaping the leader, so the group id cannot be reused
-            os.killpg(proc.pid, signal.SIGKILL)
-        rc = proc.wait()
-        ready = select.poll()  # the nonce if written, without waiting: a leftover of the group may hold the pipe open
-        ready.register(rfd, select.POLLIN)  # (poll, not select: this process may hold fds numbered past 1024)
-        proof = os.read(rfd, 64) if ready.poll(0) else b""
+        for p in procs:
+            with contextlib.suppress(ProcessLookupError):  # before reaping the leader, so the group id cannot be reused
+                os.killpg(p.pid, signal.SIGKILL)
+        rc, verdict = procs[0].wait(), procs[-1].wait()  # the program's exit status, the judge's
         files[1].seek(0)
-        out = files[1].read(cap).decode("utf-8", "replace")
-        files[2].seek(max(0, files[2].seek(0, 2) - 2000))
-        err = files[2].read().decode("utf-8", "replace")
+        out, err = files[1].read(cap).decode("utf-8", "replace"), ""
+        for f in files[2], files[4]:
+            f.seek(max(0, f.seek(0, 2) - 1000))
+            err += f.read().decode("utf-8", "replace")
     except OSError as e:
         return ExecResult("error", None, "", repr(e), time.monotonic() - t0)
     finally:
-        if proc is not None and proc.returncode is None:  # failed half-way: leave nothing running
-            for kill in (lambda: os.killpg(proc.pid, signal.SIGKILL), proc.kill):
+        for p in procs:
+            if p.returncode is None:  # failed half-way: leave nothing running
                 with contextlib.suppress(OSError):
-                    kill()
-            proc.wait()
-        for fd in (rfd, wfd):
-            if fd >= 0:
-                os.close(fd)
-        for f in files:
-            f.close()
+                    os.killpg(p.pid, signal.SIGKILL)
+                p.kill(), p.wait()
+        [os.close(fd) for fd in fds]
+        [f.close() for f in files]
         shutil.rmtree(work, ignore_errors=True)
     timed_out = not exited or rc == 128 + signal.SIGXCPU
-    passed = rc == 0 and (stdin is not None or proof == nonce.encode())  # a test run: only with the nonce written
-    return ExecResult("timeout" if timed_out else "pass" if passed else "fail", rc, out, err, time.monotonic() - t0)
+    status = "timeout" if timed_out else "pass" if verdict == 0 else "fail"  # tests: the judge's verdict only
+    return ExecResult(status, rc, out, err, time.monotonic() - t0)
 
 
 def bad_problem(problem: dict) -> str | None:

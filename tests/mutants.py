@@ -69,7 +69,7 @@ SANDBOX_ESCAPES = ids("test_rewards.py", "test_adversary_patches_the_path_checks
                       "test_adversary_fourth_review", "test_adversary_loads_native_code",
                       "test_adversary_opens_relative_to_a_directory_fd", "test_adversary_starts_a_process")
 REWARDS_SANDBOX = ids("test_rewards.py", "test_adversary_always_equal_objects", "test_adversary_shadows_builtins_the_tests_call",
-                      "test_malformed_problems_fail_closed", "test_strict_comparisons_keep_legitimate_answers")
+                      "test_malformed_problems_fail_closed", "test_plain_values_keep_legitimate_answers")
 
 # (name, file, function, pattern -> replacement, tests). The first eight are the bugs of issue 19
 # that the suite used to pass.
@@ -210,24 +210,28 @@ MUTANTS = [
     ("juxtaposed-numbers-multiply", "rewards.py", "_to_sympy", r"|[\d.]\s+[\d.]|\)\s*[\d.]", "", REWARDS_GAMED),
     ("no-answer-length-cap", "rewards.py", "math_check",
      "if len(pred) > MAX_ANSWER_CHARS or len(gold) > MAX_ANSWER_CHARS:", "if False:", REWARDS_GAMED),
-    ("tests-trust-the-programs-objects", "rewards.py", "_sandbox_main", "if plain(a) != plain(b):", "if False:", REWARDS_SANDBOX),
-    ("program-shadows-builtins-in-tests", "rewards.py", "_sandbox_main",
-     "ns = {k: v for k, v in g.items() if type(k) is str and (k not in tb or k == ep)}", "ns = dict(g)", REWARDS_SANDBOX),
-    ("program-redefines-setup-helpers", "rewards.py", "_sandbox_main",
-     "ns.update({k: v for k, v in setup_ns.items() if k != ep}, ", "ns.update(", REWARDS_SANDBOX),
+    # the judge process: the tests see only plain values it decoded, handles, the real builtins, the setup's helpers
+    ("handles-compare-equal", "rewards.py", "_judge_main", 'raise TypeError("a value of the program\'s own class")',
+     "return True", REWARDS_SANDBOX),
+    ("program-runs-in-the-judge", "rewards.py", "run_python", "judge_job = dict(setup=setup,",
+     'judge_job = dict(setup=setup + "\\n" + code,', REWARDS_SANDBOX),
+    ("judge-raises-any-exception-it-is-told", "rewards.py", "_judge_main", "issubclass(kind, Exception)",
+     "issubclass(kind, BaseException)", ids("test_rewards.py", "test_adversary_raises_what_would_end_the_judge")),
+    ("program-shadows-builtins-in-tests", "rewards.py", "_judge_main", " - set(ns) - set(vars(builtins))", " - set(ns)",
+     REWARDS_SANDBOX),
+    ("program-redefines-setup-helpers", "rewards.py", "_judge_main", " - set(ns) - set(vars(builtins))",
+     " - set(vars(builtins))", REWARDS_SANDBOX),
+    ("hook-frames-reachable", "rewards.py", "_sandbox_main",
+     'if event == "sys._getframe" or event == "object.__getattr__" and args[1] in', "if False and args[1] in",
+     ids("test_rewards.py", "test_adversary_rewrites_the_hook_through_a_traceback")),
     # 2026-12-01 red-team reviews: each fix undone
     ("sandbox-reads-any-file", "rewards.py", "_sandbox_main", '(p.startswith(readable) or p == "/dev/urandom")', "True",
      SANDBOX_ESCAPES),
-    # (no mutant for the worker's bare except + finally: with gc.set_debug gone, the old handler's escaping
-    # exception no longer reaches the token, so that mutant survives every test; the fix stays as a second wall)
-    ("tests-builtins-via-global-dict", "rewards.py", "_sandbox_main", "def worker(nonce, go, dict=dict,",
-     "def worker(nonce, go, _dict=dict,", SANDBOX_ESCAPES),
     ("c-file-modules-importable", "rewards.py", "_sandbox_main", '"ctypes", "readline", ', '"ctypes", ', SANDBOX_ESCAPES),
     ("path-checks-trust-posixpath", "rewards.py", "_sandbox_main", "            p = resolve(args[0], args[1] is not None)\n",
      "            p = os.path.realpath(args[0])\n", SANDBOX_ESCAPES),
-    ("marshal-load-allowed", "rewards.py", "_sandbox_main", '"marshal.loads marshal.load ', '"marshal.loads ', SANDBOX_ESCAPES),
-    ("impostor-keys-reach-the-tests", "rewards.py", "_sandbox_main", "if type(k) is str and (k not in tb or k == ep)",
-     "if (k not in tb or k == ep)", SANDBOX_ESCAPES),
+    ("marshal-load-allowed", "rewards.py", "_sandbox_main", '"marshal.loads marshal.load ', '"marshal.loads ',
+     ids("test_rewards.py", "test_adversary_reads_its_memory_for_the_token")),
     ("tcl-importable", "rewards.py", "_sandbox_main", '"_tkinter", "_ssl")', '"_ssl")', SANDBOX_ESCAPES),
     ("gc-set-debug-kept", "rewards.py", "_sandbox_main", "del gc.set_debug, _imp.create_builtin", "pass", SANDBOX_ESCAPES),
     ("import-name-via-str", "rewards.py", "_sandbox_main",
@@ -235,8 +239,6 @@ MUTANTS = [
      'any(unsafe(part) for part in str(args[0]).split("."))', SANDBOX_ESCAPES),
     ("native-module-from-any-file", "rewards.py", "_sandbox_main",
      "or args[1] is not None and not resolve(args[1]).startswith(readable)", "or False", SANDBOX_ESCAPES),
-    ("worker-type-a-global", "rewards.py", "_sandbox_main", "def worker(nonce, go, dict=dict, type=type, str=str,",
-     "def worker(nonce, go, dict=dict,", ids("test_rewards.py", "test_adversary_rebinds_type_for_an_impostor_key")),
     ("os-open-relative-to-a-dir-fd", "rewards.py", "_sandbox_main", "p = resolve(args[0], args[1] is not None)",
      "p = resolve(args[0])", SANDBOX_ESCAPES),
     ("posixsubprocess-importable", "rewards.py", "_sandbox_main", '"_interp", "_posix"))', '"_interp", "_posixshmem"))',

@@ -643,12 +643,11 @@ def test_harness_looks_up_no_global_name_once_the_program_ran():
             if hasattr(c, "co_code"):
                 yield from nested(c)
     main = next(c for c in nested(compile(R._HARNESS, "<harness>", "exec")) if c.co_name == "_sandbox_main")
-    after = [c for c in main.co_consts if hasattr(c, "co_code") and c.co_name in ("worker", "cmp", "arith", "plain", "hook",
-                                                                                    "resolve")]
-    assert len(after) == 6
+    after = [c for c in main.co_consts if hasattr(c, "co_code") and c.co_name in ("hook", "resolve")]
+    assert len(after) == 2
     loaded = {(c.co_name, i.argval) for top in after for c in nested(top) for i in dis.get_instructions(c)
               if i.opname in ("LOAD_GLOBAL", "LOAD_NAME")}
-    assert loaded <= {("<listcomp>", "compile"), ("worker", "compile")}, loaded  # 3.12 inlines comprehensions
+    assert not loaded, loaded
 
 
 IMPOSTOR_KEY_AND_TYPE = IMPOSTOR_KEY + "import sys\nsys.modules['__main__'].type = lambda o: str\n"
@@ -857,7 +856,8 @@ for escape in (lambda: os.open("proc/self/maps", os.O_RDONLY, dir_fd=os.open("/"
     except Exception:
         pass
 for craft in (lambda: (lambda: 1).__code__.replace(co_consts=(2,)),  # crafted code objects read memory
-              lambda: __import__("marshal").loads(__import__("marshal").dumps(compile("1", "", "eval")))):
+              lambda: __import__("marshal").loads(__import__("marshal").dumps(compile("1", "", "eval"))),
+              lambda: __import__("marshal").load(__import__("io").BytesIO(__import__("marshal").dumps(compile("1", "", "eval"))))):
     try:
         ways.append(craft())
     except Exception:
@@ -912,25 +912,28 @@ ALWAYS_EQUAL = {  # (name, program defining `def NAME`) that answer "equal" (or 
 @pytest.mark.parametrize("kind", list(ALWAYS_EQUAL))
 def test_adversary_always_equal_objects(kind):
     """Issue 14 (b): an object whose __eq__ (or __sub__, __contains__, ...) always agrees passed `==`, `!=`, `in`,
-    `abs(x - y) < eps`; the tests' comparisons and arithmetic are now strict."""
-    tests = ("assert f(1) == 7\nassert f(2) != 8\nassert abs(f(3) - 2.5) < 1e-6\nassert f(4) in (1, 2)\n"
+    `abs(x - y) < eps`; the tests now see only plain values made by the judge, and handles that refuse comparisons.
+    (No `f(x) != 8` line: a list of the program's objects is rightly != 8, as any wrong plain answer is.)"""
+    tests = ("assert f(1) == 7\nassert abs(f(3) - 2.5) < 1e-6\nassert f(4) in (1, 2)\n"
              "assert 7 == f(5)\nassert f(6) == [1, 2]\nassert not (f(7) != 3)\nassert 0 <= f(8) < 1\nassert f(9) <= 5\n"
              "assert f(10) == {0: 5}\nassert f(11) == {3}")
     for test in tests.splitlines():
         run_adversary(ALWAYS_EQUAL[kind].replace("NAME", "f"), test)
 
 
-def test_strict_comparisons_keep_legitimate_answers():
-    """Strictness only refuses untrusted objects: numbers across types, containers, Counter, numpy-free C types,
-    the tests' own classes compared with each other, chains, `is`, and generators all behave as in Python."""
+def test_plain_values_keep_legitimate_answers():
+    """Values cross to the judge as plain ones: numbers across types, containers, Counter, deque, chains, `is`,
+    generators and iterators behave as in Python; objects of the program's classes are handles, whose attributes
+    and calls are served by its process (MBPP builds trees of a Node class the program defines)."""
     prog = ("from collections import Counter, OrderedDict, defaultdict, deque\nclass P:\n    def __init__(s, v):\n"
             "        s.v = v\n    def __eq__(s, o):\n        return isinstance(o, P) and s.v == o.v\n"
             "def f(x):\n    return x\ndef c(xs):\n    return Counter(xs)\ndef g(n):\n    return (i for i in range(n))\n")
     tests = ("assert f(1) == 1.0 and f(2) != 3 and f([1, (2, 3)]) == [1, (2, 3)] and f({1: 'a'}) == {1: 'a'}\n"
              "assert c('aab') == {'a': 2, 'b': 1} and f(OrderedDict(a=1)) == {'a': 1} and f(deque([1])) == deque([1])\n"
              "assert f(None) is None and 0 < f(1) < 2 and 'b' in f('abc') and 3 not in f([1, 2])\n"
-             "assert abs(f(2.5) - 2.5) < 1e-9 and list(g(3)) == [0, 1, 2] and f(P(1)) == P(1) and f(P(1)) != P(2)\n"
-             "d = defaultdict(int); d['x'] += 1\nassert f(d) == {'x': 1} and f(True) == 1 and [f(i) * 2 for i in range(3)] == [0, 2, 4]")
+             "assert abs(f(2.5) - 2.5) < 1e-9 and list(g(3)) == [0, 1, 2] and f(P(1)).v == 1 and list(f(iter('ab'))) == ['a', 'b']\n"
+             "p = P(1); p.v = 5\nassert f(p).v == 5 and f(int) is int and f(10**5000) - 1 == 10**5000 - 1\n"
+             "from collections import defaultdict\nd = defaultdict(int); d['x'] += 1\nassert f(d) == {'x': 1} and f(True) == 1 and [f(i) * 2 for i in range(3)] == [0, 2, 4]")
     assert R.code_check(fence(prog), {"task": "code", "prompt": "", "test_code": tests}) == (1.0, "pass")
 
 
@@ -950,6 +953,80 @@ def test_adversary_shadows_builtins_the_tests_call():
     assert R.code_check(fence("def poly(x):\n    return 0\ndef root():\n    return 3"), prob) == (0.0, "fail")
     assert R.code_check(fence("def poly(x):\n    return 0\ndef root():\n    return 2"), prob) == (1.0, "pass")
 
+
+
+# The 2026-12-01 red team's finding that ended the in-process harness: code of the program ran in the harness's
+# worker frame, where the pass nonce was a local. A C callable as a finalizer makes no frame of its own, so
+# eval without globals read the worker's locals (1138 of 1138 HumanEval + MBPP passed); also from a gc cycle, a
+# defaultdict(locals) capturing them, and an impostor dict key put into the tests' namespace through the setup
+# stub's __globals__ (160 of 164 HumanEval). The tests now run in a judge process: none of these reach it.
+IN_PROCESS_HARNESS = {
+    "finalizer-in-builtins": "import builtins, functools\nclass Evil:\n"
+                             "    __del__ = functools.partial(eval, '(write(result_fd, nonce), exit_(0))')\n"
+                             "builtins._evil = Evil()\ndef NAME(*a, **k):\n    return 0\n",
+    "gc-cycle-finalizer": "import functools, gc\nclass Evil:\n"
+                          "    __del__ = functools.partial(eval, '(write(result_fd, nonce), exit_(0))')\n"
+                          "e = Evil()\ne.me = e\ndel e\ndef NAME(*a, **k):\n    return 0\ngc.set_threshold(1)\n",
+    "defaultdict-locals": "import builtins, collections, functools\nseen = collections.defaultdict(locals)\nclass Keep:\n"
+                          "    __del__ = functools.partial(seen.__getitem__, 'worker')\nbuiltins._keep = Keep()\n"
+                          "def NAME(*a, **k):\n    w = seen.get('worker', {})\n    if 'nonce' in w:\n"
+                          "        w['write'](w['result_fd'], w['nonce'])\n        w['exit_'](0)\n    return 0\n",
+    "impostor-key-via-setup": "class K:\n    n = 0\n    def __hash__(self):\n        return hash('_sbx_cmp')\n"
+                              "    def __eq__(self, o):\n        if type(o) is str and o == '_sbx_cmp':\n            K.n += 1\n"
+                              "            return K.n > 1\n        return False\n    __ne__ = lambda self, o: not self.__eq__(o)\n"
+                              "NAME.__globals__[K()] = lambda ops, *thunks: True\ndef NAME(*a, **k):\n    return 0\n",
+}
+
+
+@pytest.mark.parametrize("kind", list(IN_PROCESS_HARNESS))
+def test_adversary_runs_code_in_the_harness_frame(kind):
+    setup = "def add(a, b):\n    \"\"\"a + b\"\"\"\n"  # HumanEval's setup is the prompt: the entry point's stub
+    for problem in ({"test_code": "assert add(1, 2) == 3\nassert add(5, 5) == 10", "entry_point": "add"},
+                    {"setup_code": setup, "test_code": "def check(candidate):\n    assert candidate(1, 2) == 3\n",
+                     "entry_point": "add"}):
+        prog = IN_PROCESS_HARNESS[kind].replace("NAME", "add")
+        assert R.code_check(fence(prog), {"task": "code", "prompt": "", **problem}) == (0.0, "fail"), problem
+
+
+
+@pytest.mark.parametrize("exc", ["SystemExit(0)", "KeyboardInterrupt", "GeneratorExit", "StopIteration"])
+def test_adversary_raises_what_would_end_the_judge(exc):
+    """The judge re-raises the program's exception by its name: only subclasses of Exception, so a SystemExit(0)
+    cannot end the judge early with exit status 0 (its pass), nor a KeyboardInterrupt skip the tests."""
+    run_adversary(f"def f(x):\n    raise {exc}", "assert f(1) == 2")
+    run_adversary(f"def f(x):\n    raise {exc}", "def check(candidate):\n    assert candidate(1) == 2\ncheck(f)")
+
+# ... and the judge's design holds only while the sandbox's hook does: a refused call's traceback holds the hook's
+# frame, whose locals are its closure's values (`inside`, whose cell `work` then became "/": the gold data read)
+HOOK_FRAME = """
+def frames():
+    try:
+        open("{gold}")
+    except PermissionError as e:
+        tb = e.__traceback__
+        while tb is not None:
+            yield tb.tb_frame
+            tb = tb.tb_next
+try:
+    for fr in frames():
+        if fr.f_locals.get("inside") is not None:
+            fr.f_locals["inside"].__closure__[0].cell_contents = "/"
+except AttributeError:
+    pass
+try:
+    data = open("{gold}").read()
+except PermissionError:
+    data = ""
+def f():
+    return data
+"""
+
+
+def test_adversary_rewrites_the_hook_through_a_traceback(gold_and_loose):
+    run_adversary(HOOK_FRAME.format(gold=gold_and_loose[0]), "assert '42' in f()")
+    # a signal handler's frame argument (the main thread's frame, with the hook among its locals) is refused too:
+    # the program runs in a second thread, where Python refuses signal handlers
+    run_adversary("import signal\nsignal.signal(signal.SIGUSR1, lambda *a: None)", "assert True")
 
 @pytest.mark.parametrize("problem,why", [
     ({"test_code": "def check(candidate):\n    assert candidate(1) == 2\n"}, "check(candidate) without an entry point"),
@@ -1003,12 +1080,13 @@ def test_humaneval_canonical_solutions_pass():
 @needs("mbpp", "mbpp.jsonl")
 def test_always_equal_answers_fail_every_real_problem():
     """The always-equal objects of ALWAYS_EQUAL, returned by each problem's entry point, pass no HumanEval problem
-    and no MBPP problem (every 4th; all with GRPO_FULL_DATA=1): before the strict comparisons they passed most."""
+    and no MBPP problem (every 4th; all with GRPO_FULL_DATA=1): before the strict comparisons they passed most.
+    Nor do the attacks on the in-process harness (IN_PROCESS_HARNESS), which passed every one."""
     step = 1 if os.environ.get("GRPO_FULL_DATA") else 4
     probs = data.load_problems(str(DATA / "humaneval" / "HumanEval.jsonl"), task="code")
     probs += data.load_problems(str(DATA / "mbpp" / "mbpp.jsonl"), task="code")[::step]
-    for kind in ("object", "int_subclass"):
-        out = R.grade([fence(ALWAYS_EQUAL[kind].replace("NAME", p["entry_point"])) for p in probs], probs)
+    for kind, prog in [(k, ALWAYS_EQUAL[k]) for k in ("object", "int_subclass")] + list(IN_PROCESS_HARNESS.items()):
+        out = R.grade([fence(prog.replace("NAME", p["entry_point"])) for p in probs], probs)
         assert [p["id"] for p, (r, _) in zip(probs, out) if r] == [], kind
 
 
