@@ -5,7 +5,7 @@ rewarded answers that are degenerate, per role); for one configuration, every ch
     python eval.py --model Qwen/Qwen3-0.6B --workflow voting --task math --n 4 --greedy
     python eval.py --model M --workflow evalopt --adapters runs/X/step_000200   # SP or IP, from the files
     python eval.py --model M --workflow voting --adapters runs/single-sp --transfer solvers
-    python eval.py --run runs/X [--every 50]    # base (step 0) + checkpoints -> runs/X/eval.jsonl, table, PNGs
+    python eval.py --run runs/X [--every 50]    # base (step 0) + checkpoints -> runs/X/eval.jsonl, table
     python eval.py --compare runs/A runs/B      # side by side from their eval.jsonl files (no model)
 
 Episodes come from the same lock-step `workflows.run_workflow` as training. pass@1 is the mean over
@@ -18,7 +18,7 @@ after Ctrl-C, which prints one line and exits with 130, the shell's code for it;
 kill is dropped, with a warning, and its step evaluated again).
 Sampling settings (temperature, lengths, rounds, voters) are the run's own under --run, else the defaults.
 Left out: maj@k and other voting baselines, per-sample text dumps (train.py writes samples.txt), vLLM.
-matplotlib is optional: without it the plots are skipped with a message and the tables still work.
+Plots of a run: python bench/plots.py RUN (matplotlib).
 """
 import argparse
 import json
@@ -110,7 +110,7 @@ def diagnostics(workflow, episodes, task="math"):
     return {**out, **WORKFLOWS[workflow].stats(episodes, task)[1]}
 
 
-# ----------------------------------------------------------------------------- tables and plots
+# ----------------------------------------------------------------------------- tables
 
 def format_result(r):
     """One evaluation as lines: accuracies, a per-role table, the workflow diagnostics."""
@@ -173,41 +173,6 @@ def compare_table(runs):
     return "\n".join(lines)
 
 
-def plot_run(run, records):
-    """training.png (reward; per-role entropy, weight share, grad norm from metrics.jsonl) and eval.png
-    (pass@1 per checkpoint) in the run directory -> their paths."""
-    try:
-        from matplotlib.figure import Figure  # not pyplot: files only, no display, no global figure state
-    except ImportError as e:
-        print(f"plots skipped: matplotlib is not available ({e}); pip install matplotlib to get them")
-        return []
-    figs, metrics = {}, read_jsonl(os.path.join(run, "metrics.jsonl"))  # figs: path -> Figure
-    if metrics:
-        fig = figs[os.path.join(run, "training.png")] = Figure(figsize=(11, 7), layout="tight")
-        axes = fig.subplots(2, 2)
-        axes[0, 0].plot([m["step"] for m in metrics], [m["reward_mean"] for m in metrics], label="train reward")
-        if held := [(m["step"], m["eval_accuracy"]) for m in metrics if "eval_accuracy" in m]:  # train.py --eval-every
-            axes[0, 0].plot(*zip(*held), "o--", label="held-out accuracy")
-        for ax, key in zip(axes.flat, ("reward", "entropy", "weight_share", "grad_norm")):
-            for role in dict.fromkeys(r for m in metrics for r in m["roles"]) if key != "reward" else []:
-                ax.plot(*zip(*[(m["step"], m["roles"][role][key]) for m in metrics if role in m["roles"]]), label=role)
-            ax.set(title=key.replace("_", " ") + (" per role" if key != "reward" else ""), xlabel="step")
-            ax.legend(fontsize=8)
-    if records:
-        fig = figs[os.path.join(run, "eval.png")] = Figure(figsize=(6, 4), layout="tight")
-        ax = fig.subplots()
-        ax.errorbar([r["step"] for r in records], [r["pass@1"] for r in records],
-                    yerr=[r["pass@1_se"] for r in records], marker="o", capsize=3, label="pass@1 ± se")
-        if greedy := [(r["step"], r["greedy"]) for r in records if r["greedy"] is not None]:
-            ax.plot(*zip(*greedy), "s--", label="greedy")
-        ax.set(xlabel="step", ylabel="accuracy", title=f"{records[0]['workflow']} / {records[0]['policy']}")
-        ax.legend()
-    for path, fig in figs.items():
-        fig.savefig(path, dpi=100)
-    print("plots: " + (", ".join(figs) or "nothing to plot"))
-    return list(figs)
-
-
 # ----------------------------------------------------------------------------- CLI
 
 def parse_args(argv=None):
@@ -231,7 +196,6 @@ def parse_args(argv=None):
     p.add_argument("--greedy", action="store_true", help="also one greedy (temperature 0) episode per problem")
     p.add_argument("--temperature", type=float, default=None, help="sampling temperature (default: the run's, else 0.7)")
     p.add_argument("--max-new-tokens", type=int, default=None, help="tokens per role call (default: the run's, else 512)")
-    p.add_argument("--no-plots", action="store_true", help="--run: do not write PNGs")
     args = p.parse_args(argv)
     try:
         args.ks = [int(k) for k in args.pass_k.split(",") if k.strip()]
@@ -266,7 +230,7 @@ def settings_and_problems(args, config, model, task):
 
 
 def main_run(args):
-    """Evaluate step 0 (base) and the checkpoints of args.run with one seed; append to eval.jsonl; table; plots."""
+    """Evaluate step 0 (base) and the checkpoints of args.run with one seed; append to eval.jsonl; table."""
     run, path = args.run, os.path.join(args.run, "eval.jsonl")
     if not os.path.isfile(os.path.join(run, "config.json")):
         raise FileNotFoundError(f"{run}: not a run directory (no config.json)" if os.path.isdir(run)
@@ -301,8 +265,6 @@ def main_run(args):
     records = sorted((r for r in read_jsonl(path) if r["settings"] == s), key=lambda r: r["step"])
     print(run_table(run, records), f"final checkpoint (step {records[-1]['step']}):", *format_result(records[-1])[1:],
           sep="\n")
-    if not args.no_plots:
-        plot_run(run, records)
     return records
 
 

@@ -15,7 +15,8 @@ a total time budget. Everything fails closed (scores 0).
 Code tests are decided outside the program's process. The program's process (the sandbox) runs setup + program,
 then serves calls over two pipes: it never sees the tests and holds no secret. A judge process (python -S, started
 here, not forked from it; no program code ever runs in it) runs the problem's setup and tests; each name the tests
-use that neither the setup nor builtins define (and the entry point) is fetched from the program: a plain value
+use that neither the setup nor builtins define (and the entry point) is fetched from the program (but a standard
+library module, which the judge imports itself: the program's `sys` would answer for sys.getsizeof): a plain value
 (tagged JSON of exact built-in types: None, bool, int, float, complex, str, bytes, list, tuple, set, frozenset,
 dict, OrderedDict, Counter, deque; an iterator as its first 100,000 items), decoded by the judge into fresh objects
 (bounded size and nesting, never eval or pickle), or a handle to any other object: calling it, getting or setting
@@ -653,8 +654,10 @@ def _judge_main():  # runs as its own program (python -S -c; argv: request fd, r
     for name in sorted({n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} - set(ns) - set(vars(builtins))
                        | {job["entry_point"]} - {None}):
         ns.pop(name, None)
-        with contextlib.suppress(Exception):  # not defined by the program: the tests' NameError
-            ns[name] = ask("get", name, [], {})
+        with contextlib.suppress(Exception):  # not defined by the program: the tests' NameError. A module the tests
+            # use without importing it (mbpp-596's sys) is the judge's own: the program's could answer for it
+            ns[name] = __import__(name) if name in sys.stdlib_module_names and name != job["entry_point"] else \
+                ask("get", name, [], {})
     exec(compile(tree, "<tests>", "exec"), ns)
     if job["check"]:
         ns["check"](ns[job["entry_point"]])

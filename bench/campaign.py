@@ -367,7 +367,7 @@ def locked_job(job, gpu, args, lock):
     else:
         shutil.rmtree(d, ignore_errors=True)  # nothing to resume (or --force)
         train = fresh + (["--steps", str(target)] if args.until else [])  # the last --steps wins
-    flags = ["--problems", str(args.eval_problems), "--n", str(args.eval_n), "--no-plots",
+    flags = ["--problems", str(args.eval_problems), "--n", str(args.eval_n),
              *(["--data", args.eval_data] if args.eval_data else [])]
     evaluate = [py, "eval.py", "--run", d, *flags]
     base_eval = [py, "-c", BASE_EVAL, d, *flags]

@@ -263,6 +263,8 @@ MUTANTS = [
      ids("test_campaign.py", "test_save_record_two_processes_and_a_kill")),
     # an evaluation beside training without its memory cap (it killed a run's training on the H200), and training
     # that fails after a checkpoint not resumed, or resumed forever
+    ("judge-fetches-modules-from-the-program", "rewards.py", "_judge_main", "if name in sys.stdlib_module_names and",
+     "if False and", ids("test_rewards.py", "test_a_module_the_tests_use_unimported_is_the_judges")),
     ("campaign-eval-beside-uncapped", "bench/campaign.py", "train_watching", '[cmd[0], "-c", CAPPED, str(BESIDE_MEMORY), *cmd[1:]]',
      "cmd", ids("test_campaign.py", "test_evaluates_while_training")),
     ("campaign-no-resume-after-failure", "bench/campaign.py", "locked_job", "<= begun:", "<= 10**9:",

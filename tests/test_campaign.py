@@ -257,7 +257,7 @@ def test_evaluates_while_training(tmp_path, fake):
     assert all(c[1:4] == ["eval.py", "--run", d] for c in world.started_while_training[1:])
     assert world.idle_with_tmp > 0  # there were polls with only a .tmp folder new and no evaluation started
     final = evals[-1]  # after training: the evaluate command once more, as before
-    assert final == [sys.executable, "eval.py", "--run", d, "--problems", "4", "--n", "1", "--no-plots"]
+    assert final == [sys.executable, "eval.py", "--run", d, "--problems", "4", "--n", "1"]
     assert len(evals) == len(world.started_while_training) + 1
     [r] = campaign.read_jsonl(tmp_path / "c.jsonl")
     assert r["eval_while_training"] is True and [p["step"] for p in r["curve"]] == [0, 2, 4, 6]
@@ -356,7 +356,7 @@ def test_base_evaluation_is_eval_pys(tmp_path):
     """BASE_EVAL (step 0 before the first checkpoint) writes the line `eval.py --run` writes for step 0, which
     then skips it; both as started beside training, through CAPPED (its memory cap itself needs a GPU)."""
     a, b = str(tmp_path / "a"), str(tmp_path / "b")
-    flags = ["--problems", "3", "--n", "2", "--no-plots", "--device", "cpu"]
+    flags = ["--problems", "3", "--n", "2", "--device", "cpu"]
     train = ["--model", "tiny", "--steps", "1", "--problems", "2", "--group", "2", "--max-new-tokens", "6", "--device", "cpu"]
     run = lambda *cmd: subprocess.run([sys.executable, *cmd], cwd=ROOT, capture_output=True, text=True)
     p = run("train.py", *train, "--out", a)

@@ -1,6 +1,7 @@
 """eval.py: a whole tiny run evaluated (eval.jsonl, table, resume, comparison), diagnostics on scripted
 episodes, the pass@k estimator, same-seed reproducibility, transfer maps, plots with and without
 matplotlib, and one-line errors for bad input."""
+import importlib.util
 import json
 import os
 import shutil
@@ -13,6 +14,11 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 import eval as ev
+
+spec = importlib.util.spec_from_file_location("plots", os.path.join(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))), "bench", "plots.py"))
+plots = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(plots)
 import lora
 import train
 import workflows
@@ -33,7 +39,7 @@ def run_dir(tmp_path_factory):
 
 
 def test_run_directory_eval_table_resume_compare(run_dir, capsys, monkeypatch):
-    args = ["--run", run_dir, "--problems", "2", "--n", "2", "--pass-k", "2", "--greedy", "--no-plots"]
+    args = ["--run", run_dir, "--problems", "2", "--n", "2", "--pass-k", "2", "--greedy"]
     ev.main(args)
     printed = capsys.readouterr().out
     records = ev.read_jsonl(os.path.join(run_dir, "eval.jsonl"))
@@ -62,7 +68,7 @@ def test_run_evaluated_in_another_workflow_by_transfer(run_dir, tmp_path, capsys
     run = str(tmp_path / "run")
     shutil.copytree(run_dir, run)
     ev.main(["--run", run, "--workflow", "voting", "--transfer", "solvers", "--problems", "1", "--n", "1",
-             "--every", "2", "--no-plots"])
+             "--every", "2"])
     records = ev.read_jsonl(os.path.join(run, "eval.jsonl"))
     mine = [r for r in records if r["workflow"] == "voting"]
     assert [r["step"] for r in mine] == [0, 2] and mine[0]["policy"] == "SP->solvers"
@@ -203,7 +209,7 @@ def test_plots_written_when_matplotlib_present(run_dir):
     pytest.importorskip("matplotlib")
     records = ev.read_jsonl(os.path.join(run_dir, "eval.jsonl")) or [
         {"step": 0, "pass@1": 0.0, "pass@1_se": 0.0, "greedy": None, "workflow": "single", "policy": "SP"}]
-    paths = ev.plot_run(run_dir, records)
+    paths = plots.plot_run(run_dir, records)
     assert sorted(os.path.basename(p) for p in paths) == ["eval.png", "training.png"]
     for p in paths:
         with open(p, "rb") as f:
@@ -213,8 +219,12 @@ def test_plots_written_when_matplotlib_present(run_dir):
 def test_plots_skipped_with_a_message_without_matplotlib(run_dir, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
     monkeypatch.setitem(sys.modules, "matplotlib.figure", None)  # what plot_run imports, maybe loaded already
-    assert ev.plot_run(run_dir, []) == []
+    assert plots.plot_run(run_dir, []) == []
     assert "plots skipped: matplotlib is not available" in capsys.readouterr().out
+    plots.main([run_dir])  # the command: eval.jsonl's lines with the latest settings (none here: nothing to plot)
+    assert "plots skipped" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="usage: python bench/plots.py"):
+        plots.main([run_dir + "-missing"])
 
 
 def test_clear_errors(run_dir, tmp_path):
@@ -260,7 +270,7 @@ def test_ctrl_c_is_one_line_and_exit_130(run_dir, tmp_path, monkeypatch, capsys)
     monkeypatch.setattr(ev, "evaluate", interrupted_in_the_third)
     capsys.readouterr()
     with pytest.raises(SystemExit) as e:
-        ev.main(["--run", run, "--problems", "1", "--n", "1", "--no-plots"])
+        ev.main(["--run", run, "--problems", "1", "--n", "1"])
     assert e.value.code == 130
     assert capsys.readouterr().err == "interrupted (with --run, eval.jsonl keeps the steps finished: a rerun goes on)\n"
     assert [r["step"] for r in ev.read_jsonl(os.path.join(run, "eval.jsonl")) if r["n"] == 1] == [0, 1]
@@ -274,7 +284,7 @@ def test_rerun_after_a_cut_off_line_loses_no_record(run_dir, tmp_path, capsys, c
     rerun drops it (one warning naming the file), evaluates that step again and appends whole lines."""
     run = str(tmp_path / "run")
     shutil.copytree(run_dir, run)
-    path, args = os.path.join(run, "eval.jsonl"), ["--run", run, "--problems", "1", "--n", "1", "--no-plots"]
+    path, args = os.path.join(run, "eval.jsonl"), ["--run", run, "--problems", "1", "--n", "1"]
     if os.path.exists(path):  # the module's run_dir may hold another test's records (other settings)
         os.remove(path)
     ev.main([*args, "--every", "2"])  # steps 0 and 2

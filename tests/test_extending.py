@@ -86,7 +86,7 @@ def test_a_workflow_defined_in_a_test_file_trains_and_evaluates(tmp_path, regist
     if mode == "merged":
         return
     capsys.readouterr()
-    records = ev.main(["--run", out, "--problems", "2", "--n", "2", "--no-plots"])  # base and step 2
+    records = ev.main(["--run", out, "--problems", "2", "--n", "2"])  # base and step 2
     printed = capsys.readouterr().out
     assert [r["step"] for r in records] == [0, 2]
     for r in records:

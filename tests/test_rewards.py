@@ -988,6 +988,16 @@ def test_adversary_runs_code_in_the_harness_frame(kind):
         assert R.code_check(fence(prog), {"task": "code", "prompt": "", **problem}) == (0.0, "fail"), problem
 
 
+def test_a_module_the_tests_use_unimported_is_the_judges():
+    """mbpp-596's tests call sys.getsizeof without importing sys (the reference does): fetched from the program,
+    its own `sys` answered for the expected value; the judge imports a standard-library module itself."""
+    problem = {"task": "code", "prompt": "", "entry_point": "tuple_size",
+               "test_code": "assert tuple_size((1, 2)) == sys.getsizeof((1, 2))"}
+    fake = "class S:\n    def getsizeof(self, x):\n        return 7\nsys = S()\ndef tuple_size(t):\n    return 7\n"
+    assert R.code_check(fence(fake), problem) == (0.0, "fail")
+    assert R.code_check(fence("import sys\ndef tuple_size(t):\n    return sys.getsizeof(t)\n"), problem) == (1.0, "pass")
+
+
 
 @pytest.mark.parametrize("exc", ["SystemExit(0)", "KeyboardInterrupt", "GeneratorExit", "StopIteration"])
 def test_adversary_raises_what_would_end_the_judge(exc):
