@@ -22,9 +22,13 @@ dict, OrderedDict, Counter, deque; an iterator as its first 100,000 items), deco
 (bounded size and nesting, never eval or pickle), or a handle to any other object: calling it, getting or setting
 its attributes runs in the program's process; it compares with nothing and has no truth value. Its exceptions come
 back by the name of their built-in class (else Exception; never SystemExit / KeyboardInterrupt). Pass: the judge
-exits 0 after every test ran. Guaranteed, each by an adversarial test:
-- Nothing the program does in its process reaches the verdict: finalizers or gc callbacks running in the harness's
-  frame, impostor dict keys, always-equal objects or int subclasses (they cross as handles), rebound builtins
+exits 0 after every test ran; a failing assert is recorded and the tests go on, and every io case runs whatever
+the earlier ones gave, so what a program is asked never tells it whether an answer passed (with a way to keep
+notes across runs, such as FIFOs in /tmp before mkfifo was deleted, that oracle taught a program that computed
+nothing MBPP's hidden answers). The judge runs with -P (not the caller's directory on its path) and a 2x memory
+limit. Guaranteed, each by an adversarial test:
+- Nothing the program does in its process reaches the verdict: a StopIteration re-raised into the tests' map or
+  filter (it arrives as Exception), finalizers or gc callbacks running in the harness's frame, impostor dict keys, always-equal objects or int subclasses (they cross as handles), rebound builtins
   (the judge's are its own; only the entry point may be named like one), redefined setup helpers (the judge runs
   the setup), exiting 0 before the tests (the judge first waits for the program to run to its end).
 - The sandbox, per run: `python -S` in its own session, temp dir and scrubbed environment, killed with its process
@@ -53,9 +57,8 @@ NOT supported / NOT protected against (run large-scale untrusted code in a conta
 - As non-root the program runs as you, behind only the audit hook, which can be evaded (os.pidfd_open +
   signal.pidfd_send_signal are not audited: it can kill the judge, which only fails it); as root, `nobody` can still
   signal other `nobody` processes. A file opened by C code without an audit event is not checked (the known modules
-  that do are refused: readline, shared memory, dbm, syslog, Tcl); os.mkfifo and os.mknod (no audit event) can make
-  empty files or FIFOs where the user may write (as root: /tmp), also relative to a dir_fd; directories outside can
-  be listed (names, not contents).
+  that do are refused: readline, shared memory, dbm, syslog, Tcl); os.mkfifo and os.mknod (no audit event) are
+  deleted before the program runs; directories outside can be listed (names, not contents).
 - Network is refused only by the audit hook (no namespace); disk use is bounded per file only.
 Cost of the memory guards: a program importing anything outside the standard library fails (site-packages are not
 on its path, and native modules load only from the standard library's files), and so does one importing subprocess or
@@ -309,7 +312,7 @@ class _Sympy:
     def equal(self, a: str, b: str) -> bool:
         with self.lock:
             if self.proc is None or self.proc.poll() is not None:
-                self.proc = subprocess.Popen([sys.executable, "-c", _SYMPY_WORKER], stdin=subprocess.PIPE,
+                self.proc = subprocess.Popen([sys.executable, "-P", "-c", _SYMPY_WORKER], stdin=subprocess.PIPE,
                                              stdout=subprocess.PIPE, text=True)
                 if self._readline(60.0) != "ready":  # sympy imports in about a second
                     self.proc = None
@@ -528,7 +531,8 @@ def _sandbox_main():
     # a fresh gc module (with it back) needs _imp.create_builtin: every builtin module is imported now (but
     # refused ones: Debian's Python has syslog and _posixsubprocess built in), then both go
     [__import__(name) for name in sys.builtin_module_names if not unsafe(name)]
-    del gc.set_debug, _imp.create_builtin
+    posix = sys.modules[os.name]  # os's functions come from it: no mkfifo or mknod (no audit event) in either
+    del gc.set_debug, _imp.create_builtin, os.mkfifo, os.mknod, posix.mkfifo, posix.mknod
     go.release()
     wait.acquire()  # forever (nothing can interrupt it: no signal has a Python handler): the program's thread ends it
 
@@ -615,8 +619,9 @@ def _judge_main():  # runs as its own program (python -S -c; argv: request fd, r
     """The tests, outside the program's process; no code of the program runs here. The setup (the problem's) runs
     here, then the names the tests need from the program are fetched: fresh plain values, or handles whose calls
     run there. Pass: exit status 0, only after every test ran."""
-    import ast, builtins, contextlib, json, os, sys
+    import ast, builtins, contextlib, json, os, resource, sys
     job, requests, replies = json.load(sys.stdin), os.fdopen(int(sys.argv[1]), "wb"), os.fdopen(int(sys.argv[2]), "rb")
+    resource.setrlimit(resource.RLIMIT_AS, (job["mem"], job["mem"]))  # trusted, but it decodes what the program sends
     class Handle:  # an object of the program's: calls and attribute access run in its process; or it is sent back
         __slots__ = ("i",)
         def __init__(self, i):
@@ -644,9 +649,19 @@ def _judge_main():  # runs as its own program (python -S -c; argv: request fd, r
             kind = getattr(builtins, value) if type(value) is str and value.isidentifier() else None
         except Exception:  # a malformed reply, or none: the program failed, whatever the tests would catch
             os._exit(1)
-        raise kind() if type(kind) is type and issubclass(kind, Exception) else Exception()
+        # (not StopIteration: raised into the tests' map or filter it would end them early, as if all passed)
+        raise kind() if type(kind) is type and issubclass(kind, Exception) and kind not in (StopIteration,
+                                                                                        StopAsyncIteration) else Exception()
     # pass: exit status 0, at the end of this script; any exception the tests let out exits 1
-    tree, ns = ast.parse(job["tests"]), {"__name__": "__main__", "__builtins__": builtins}
+    # An assert that fails is recorded and the tests go on, so what the program is asked next never tells it whether
+    # its last answer passed (an oracle it could learn hidden tests from, keeping the answers across runs)
+    class Soft(ast.NodeTransformer):
+        def visit_Assert(self, node):
+            soft = ast.parse("try:\n    pass\nexcept Exception:\n    _sbx_failed.append(1)").body[0]
+            soft.body[0] = node
+            return ast.copy_location(soft, node)
+    failed, tree = [], ast.fix_missing_locations(Soft().visit(ast.parse(job["tests"])))
+    ns = {"__name__": "__main__", "__builtins__": builtins, "_sbx_failed": failed}
     ask()  # the program ran to its end
     exec(compile(job["setup"], "<setup>", "exec"), ns)
     # each name the tests use that neither the setup nor builtins define, and the entry point: the program's
@@ -661,6 +676,7 @@ def _judge_main():  # runs as its own program (python -S -c; argv: request fd, r
     exec(compile(tree, "<tests>", "exec"), ns)
     if job["check"]:
         ns["check"](ns[job["entry_point"]])
+    os._exit(1 if failed else 0)
 
 
 # The sandbox and the judge run as their own programs (python -S -c): these functions' sources, then a call.
@@ -680,7 +696,7 @@ def run_python(code: str, tests: str = "", *, setup: str = "", entry_point: str 
     cap, testing = OUTPUT_MB << 20, stdin is None
     job = dict(mode="test" if testing else "io", setup=setup, code=code, depth=100, uid=_NOBODY[0], gid=_NOBODY[1],
                cpu=int(timeout) + 1, mem=memory_mb << 20, fsize=cap)
-    judge_job = dict(setup=setup, tests=tests, entry_point=entry_point, depth=100, cap=cap,
+    judge_job = dict(setup=setup, tests=tests, entry_point=entry_point, depth=100, cap=cap, mem=2 * memory_mb << 20,
                      check=bool(entry_point and _CHECK.search(tests)))
     work, procs, fds = tempfile.mkdtemp(prefix=WORKDIR_PREFIX), [], [*os.pipe(), *os.pipe()]  # requests, replies
     files = [tempfile.TemporaryFile() for _ in range(5)]  # stdin, stdout, stderr: files cannot fill up and block;
@@ -696,7 +712,7 @@ def run_python(code: str, tests: str = "", *, setup: str = "", entry_point: str 
                "PYTHONHASHSEED": "0", "PYTHONIOENCODING": "utf-8", "PYTHONDONTWRITEBYTECODE": "1",
                "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
         start = lambda script, fds, **kw: procs.append(subprocess.Popen(  # each in its own session (process group)
-            [sys.executable, "-S", "-c", script, *kw.pop("argv", []), *map(str, fds)], env=env, pass_fds=fds,
+            [sys.executable, "-S", "-P", "-c", script, *kw.pop("argv", []), *map(str, fds)], env=env, pass_fds=fds,
             start_new_session=True, **kw))
         start(_HARNESS, fds[::3], argv=[job_path], stdin=files[0], stdout=files[1], stderr=files[2], cwd=work)
         if testing:  # the judge: not forked from the program's process, holding none of its fds but the pipes
@@ -756,17 +772,14 @@ def code_check(completion: str, problem: dict, deadline: float | None = None) ->
         return 0.0, "no_code"
     tests, io_tests = problem.get("test_code") or "", problem.get("io_tests") or []
     limit = lambda: min(problem.get("timeout", TIMEOUT_S), float("inf") if deadline is None else deadline - time.monotonic())
-    if tests.strip():
-        r = run_python(code, tests, setup=problem.get("setup_code") or "", entry_point=problem.get("entry_point"),
-                       timeout=limit())
-        if r.status != "pass":
-            return 0.0, r.status
     lines = lambda s: [ln.rstrip() for ln in s.rstrip().splitlines()]  # trailing whitespace is ignored
-    for case in io_tests:
-        r = run_python(code, stdin=case["input"], timeout=limit())
-        if r.status != "pass" or lines(r.stdout) != lines(case["output"]):
-            return 0.0, "fail" if r.status == "pass" else r.status
-    return 1.0, "pass"
+    # every run happens whatever the earlier ones gave: being run never tells a program that it passed before
+    runs = [(run_python(code, tests, setup=problem.get("setup_code") or "", entry_point=problem.get("entry_point"),
+                        timeout=limit()), None)] if tests.strip() else []
+    runs += [(run_python(code, stdin=case["input"], timeout=limit()), case["output"]) for case in io_tests]
+    status = next(("fail" if r.status == "pass" else r.status for r, out in runs
+                   if r.status != "pass" or out is not None and lines(r.stdout) != lines(out)), "pass")
+    return float(status == "pass"), status
 
 
 # ----------------------------------------------------------------------------------------------- batch

@@ -263,6 +263,16 @@ MUTANTS = [
      ids("test_campaign.py", "test_save_record_two_processes_and_a_kill")),
     # an evaluation beside training without its memory cap (it killed a run's training on the H200), and training
     # that fails after a checkpoint not resumed, or resumed forever
+    ("judge-stops-at-a-failed-assert", "rewards.py", "_judge_main", "soft.body[0] = node\n", "return node\n",
+     ids("test_rewards.py", "test_no_oracle_whether_an_answer_passed")),
+    ("mkfifo-left-to-the-program", "rewards.py", "_sandbox_main", ", os.mkfifo, os.mknod, posix.mkfifo, posix.mknod", "",
+     ids("test_rewards.py", "test_no_oracle_whether_an_answer_passed")),
+    ("io-cases-stop-at-a-failure", "rewards.py", "code_check", "for case in io_tests]", "for case in io_tests[:1]]",
+     ids("test_rewards.py", "test_every_io_case_runs")),
+    ("judge-reraises-stopiteration", "rewards.py", "_judge_main", "kind not in (StopIteration,", "kind in (StopIteration,",
+     ids("test_rewards.py", "test_a_program_raising_stopiteration_does_not_end_the_tests")),
+    ("judge-imports-from-the-cwd", "rewards.py", "run_python", '"-S", "-P", "-c"', '"-S", "-c"',
+     ids("test_rewards.py", "test_the_callers_directory_is_not_on_the_judges_path")),
     ("judge-fetches-modules-from-the-program", "rewards.py", "_judge_main", "if name in sys.stdlib_module_names and",
      "if False and", ids("test_rewards.py", "test_a_module_the_tests_use_unimported_is_the_judges")),
     ("campaign-eval-beside-uncapped", "bench/campaign.py", "train_watching", '[cmd[0], "-c", CAPPED, str(BESIDE_MEMORY), *cmd[1:]]',

@@ -4,6 +4,7 @@ and the real data in ../shared/data when present (skipped otherwise).
 Real-data code tests run HumanEval in full and every 4th MBPP problem (244 of 974); set GRPO_FULL_DATA=1 to run
 all of MBPP (about 25 s more on 2 cores). Run: python -m pytest -q tests/test_rewards.py
 """
+import contextlib
 import glob
 import json
 import os
@@ -986,6 +987,59 @@ def test_adversary_runs_code_in_the_harness_frame(kind):
                      "entry_point": "add"}):
         prog = IN_PROCESS_HARNESS[kind].replace("NAME", "add")
         assert R.code_check(fence(prog), {"task": "code", "prompt": "", **problem}) == (0.0, "fail"), problem
+
+
+def test_no_oracle_whether_an_answer_passed():
+    """The eleventh review: the judge's next request (or its silence) told the program whether its last answer
+    passed, and names made in /tmp by os.mkfifo (no audit event) kept that across runs: a program computing
+    nothing learned MBPP's hidden answers (about half the problems' reward from its second run). Now a failing
+    assert is recorded and the tests go on, every io case runs whatever the earlier ones gave, and mkfifo / mknod
+    are gone."""
+    prog = "n = [0]\ndef f(x):\n    n[0] += 1\n    print('call', n[0], flush=True)\n    return -1 if n[0] == 1 else x\n"
+    r = R.run_python(prog, "assert f(1) == 1\nassert f(2) == 2\nassert f(3) == 3", entry_point="f")
+    assert r.status == "fail" and r.stdout.split() == ["call", "1", "call", "2", "call", "3"]  # all three asked
+    r = R.run_python(prog, "def check(candidate):\n    for i in range(3):\n        assert candidate(i) == i\n", entry_point="f")
+    assert r.status == "fail" and r.stdout.count("call") == 3
+    assert R.run_python(prog.replace("n[0] == 1", "False"), "assert f(1) == 1\nassert f(2) == 2", entry_point="f").status == "pass"
+    gone = ("import os, posix\ndef f():\n    for m in os, posix:\n        for name in 'mkfifo', 'mknod':\n"
+            "            try:\n                getattr(m, name)('/tmp/grpo-fifo-' + name)\n"
+            "            except (AttributeError, OSError):\n                pass\n"
+            "    return [hasattr(m, name) for m in (os, posix) for name in ('mkfifo', 'mknod')]\n")
+    for name in "mkfifo", "mknod":  # left by an earlier run of the mkfifo mutant, maybe
+        with contextlib.suppress(FileNotFoundError):
+            os.remove("/tmp/grpo-fifo-" + name)
+    assert R.code_check(fence(gone), {"task": "code", "prompt": "", "test_code": "assert f() == [False] * 4"}) == (1.0, "pass")
+    assert not any(os.path.exists("/tmp/grpo-fifo-" + n) for n in ("mkfifo", "mknod"))
+
+
+def test_every_io_case_runs(monkeypatch):
+    calls = []
+    def fake(code, tests="", *, stdin=None, **kw):
+        calls.append(stdin)
+        return R.ExecResult("pass", 0, "wrong" if stdin == "1" else "ok", "", 0.0)
+    monkeypatch.setattr(R, "run_python", fake)
+    cases = [{"input": str(i), "output": "ok"} for i in range(1, 4)]
+    assert R.code_check(fence("print(1)"), {"task": "code", "prompt": "", "io_tests": cases}) == (0.0, "fail")
+    assert calls == ["1", "2", "3"]
+
+
+def test_a_program_raising_stopiteration_does_not_end_the_tests():
+    """The eleventh review: re-raised in the judge, a StopIteration from the program ended the tests' map / filter
+    early (all(map(...)) held): it arrives as a plain Exception."""
+    tests = "assert all(map(is_even, [2, 4, 6]))\nassert not any(map(is_even, [1, 3, 5]))\nassert list(filter(is_even, [1, 3])) == []"
+    problem = {"task": "code", "prompt": "", "entry_point": "is_even", "test_code": tests}
+    assert R.code_check(fence("def is_even(n):\n    raise StopIteration"), problem) == (0.0, "fail")
+    assert R.code_check(fence("def is_even(n):\n    return n % 2 == 0"), problem) == (1.0, "pass")
+
+
+def test_the_callers_directory_is_not_on_the_judges_path(tmp_path, monkeypatch):
+    """The eleventh review: the judge (python -S -c) imported from the caller's directory, where a program could
+    leave an empty contextlib.py (os.mknod) and fail every later run; -P keeps it off sys.path."""
+    for name in ("contextlib", "json", "ast"):
+        (tmp_path / f"{name}.py").write_text("raise ImportError('planted')\n")
+    monkeypatch.chdir(tmp_path)
+    assert R.code_check(fence("def f(x):\n    return x"), {"task": "code", "prompt": "", "entry_point": "f",
+                                                         "test_code": "assert f(2) == 2"}) == (1.0, "pass")
 
 
 def test_a_module_the_tests_use_unimported_is_the_judges():
