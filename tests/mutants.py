@@ -196,7 +196,7 @@ MUTANTS = [
     # rewards.py (concepts that outlive the rewrite in progress; patterns may need updating)
     ("extract-code-first-block", "rewards.py", "extract_code", "or [None])[-1]", "or [None])[0]", REWARDS),
     ("io-test-output-not-compared", "rewards.py", "code_check",
-     'lines(r.stdout) != lines(case["output"])', "False", REWARDS),
+     'lines(r.stdout) != lines(out)', "False", REWARDS),
     ("last-boxed-takes-first-box", "rewards.py", "last_boxed",
      'text.rfind("\\\\boxed")', 'text.find("\\\\boxed")', REWARDS),
     ("grade-sends-math-to-code-checker", "rewards.py", "grade",
@@ -233,7 +233,7 @@ MUTANTS = [
     ("marshal-load-allowed", "rewards.py", "_sandbox_main", '"marshal.loads marshal.load ', '"marshal.loads ',
      ids("test_rewards.py", "test_adversary_reads_its_memory_for_the_token")),
     ("tcl-importable", "rewards.py", "_sandbox_main", '"_tkinter", "_ssl")', '"_ssl")', SANDBOX_ESCAPES),
-    ("gc-set-debug-kept", "rewards.py", "_sandbox_main", "del gc.set_debug, _imp.create_builtin", "pass", SANDBOX_ESCAPES),
+    ("gc-set-debug-kept", "rewards.py", "_sandbox_main", "del gc.set_debug, _imp.create_builtin, ", "del ", SANDBOX_ESCAPES),
     ("import-name-via-str", "rewards.py", "_sandbox_main",
      'type(args[0]) is not str or any(unsafe(part) for part in args[0].split("."))',
      'any(unsafe(part) for part in str(args[0]).split("."))', SANDBOX_ESCAPES),
