@@ -22,7 +22,7 @@ dict, OrderedDict, Counter, deque; an iterator as its first 100,000 items), deco
 (bounded size and nesting, never eval or pickle), or a handle to any other object: calling it, getting or setting
 its attributes runs in the program's process; it compares with nothing and has no truth value. Its exceptions come
 back by the name of their built-in class (else Exception; never SystemExit / KeyboardInterrupt). Pass: the judge
-exits 0 after every test ran; a failing assert is recorded and the tests go on, and every io case runs whatever
+exits 0 after every test ran; a failing assert is recorded (its message not run) and the tests go on, every io case runs whatever
 the earlier ones gave, so what a program is asked never tells it whether an answer passed (with a way to keep
 notes across runs, such as FIFOs in /tmp before mkfifo was deleted, that oracle taught a program that computed
 nothing MBPP's hidden answers). The judge runs with -P (not the caller's directory on its path) and a 2x memory
@@ -51,7 +51,10 @@ NOT supported / NOT protected against (run large-scale untrusted code in a conta
   once, before the tests), a defaultdict (arrives as a dict), iterators past 100,000 items, nesting past 100 levels.
 - A memory-safety bug of CPython or of an extension module the program may import escapes the audit hook (reading
   the data's gold answers); the verdict stays the judge's.
-- A program that leaves the process group (os.setsid is not audited) and sleeps outlives its run.
+- os.setsid / setpgid / setpgrp / login_tty (not audited) are deleted before the program runs, so it cannot leave
+  the process group killed at the end; another way out of it would let a process outlive its run and keep notes
+  (file locks on standard-library files, its mere existence) for later runs. An `and` inside one assert still runs
+  its later calls only if the earlier ones held (none in HumanEval or MBPP).
 - Wrong-but-passing answers the tests cannot see: special-casing the (often visible) tests, a test that only checks
   that a call does not raise (a program that sends its reply early then hangs passes tests that call nothing).
 - As non-root the program runs as you, behind only the audit hook, which can be evaded (os.pidfd_open +
@@ -531,8 +534,11 @@ def _sandbox_main():
     # a fresh gc module (with it back) needs _imp.create_builtin: every builtin module is imported now (but
     # refused ones: Debian's Python has syslog and _posixsubprocess built in), then both go
     [__import__(name) for name in sys.builtin_module_names if not unsafe(name)]
-    posix = sys.modules[os.name]  # os's functions come from it: no mkfifo or mknod (no audit event) in either
-    del gc.set_debug, _imp.create_builtin, os.mkfifo, os.mknod, posix.mkfifo, posix.mknod
+    # none of these has an audit event: FIFOs or files outside (notes across runs), leaving the process group that
+    # is killed at the end (a process that outlives its run keeps notes, e.g. in file locks); os's come from posix
+    for name in "mkfifo", "mknod", "setsid", "setpgid", "setpgrp", "login_tty":
+        [delattr(m, name) for m in (os, sys.modules[os.name]) if hasattr(m, name)]
+    del gc.set_debug, _imp.create_builtin
     go.release()
     wait.acquire()  # forever (nothing can interrupt it: no signal has a Python handler): the program's thread ends it
 
@@ -658,7 +664,7 @@ def _judge_main():  # runs as its own program (python -S -c; argv: request fd, r
     class Soft(ast.NodeTransformer):
         def visit_Assert(self, node):
             soft = ast.parse("try:\n    pass\nexcept Exception:\n    _sbx_failed.append(1)").body[0]
-            soft.body[0] = node
+            soft.body[0], node.msg = node, None  # a message runs only when it fails: calling the program there told it
             return ast.copy_location(soft, node)
     failed, tree = [], ast.fix_missing_locations(Soft().visit(ast.parse(job["tests"])))
     ns = {"__name__": "__main__", "__builtins__": builtins, "_sbx_failed": failed}

@@ -1012,6 +1012,18 @@ def test_no_oracle_whether_an_answer_passed():
     assert not any(os.path.exists("/tmp/grpo-fifo-" + n) for n in ("mkfifo", "mknod"))
 
 
+def test_no_oracle_in_assert_messages_and_no_escape_from_the_run():
+    """The twelfth review: a failing assert's message ran (HumanEval/77's `str(candidate(1))`), so a repeated call
+    told the program it had failed; and os.setsid (no audit event) took it out of the process group killed at the
+    end, so it outlived the run and kept what it learned in file locks: HumanEval/77 passed from its second run."""
+    prog = "n = [0]\ndef f(x):\n    n[0] += 1\n    print('call', n[0], flush=True)\n    return -1\n"
+    r = R.run_python(prog, "assert f(1) == 1, 'got ' + str(f(1))\nassert f(2) == 2, f(2)", entry_point="f")
+    assert r.status == "fail" and r.stdout.split() == ["call", "1", "call", "2"]  # no call from a message
+    names = ("setsid", "setpgid", "setpgrp", "login_tty", "mkfifo", "mknod")
+    gone = f"import os, posix\ndef f():\n    return [n for n in {names!r} for m in (os, posix) if hasattr(m, n)]\n"
+    assert R.code_check(fence(gone), {"task": "code", "prompt": "", "test_code": "assert f() == []"}) == (1.0, "pass")
+
+
 def test_every_io_case_runs(monkeypatch):
     calls = []
     def fake(code, tests="", *, stdin=None, **kw):
