@@ -53,7 +53,9 @@ NOT supported / NOT protected against (run large-scale untrusted code in a conta
   the data's gold answers); the verdict stays the judge's.
 - os.setsid / setpgid / setpgrp / login_tty (not audited) are deleted before the program runs, so it cannot leave
   the process group killed at the end; another way out of it would let a process outlive its run and keep notes
-  (file locks on standard-library files, its mere existence) for later runs. An `and` inside one assert still runs
+  (file locks on standard-library files, its mere existence) for later runs. The page cache kept notes with no
+  process (pages of standard-library files evicted and probed): posix_fadvise, preadv, pwritev are deleted and mmap
+  refused; reading a rarely used file still leaves a bit a later run could time, and atimes (relatime) remain. An `and` inside one assert still runs
   its later calls only if the earlier ones held (none in HumanEval or MBPP).
 - Wrong-but-passing answers the tests cannot see: special-casing the (often visible) tests, a test that only checks
   that a call does not raise (a program that sends its reply early then hangs passes tests that call nothing).
@@ -487,7 +489,7 @@ def _sandbox_main():
     # dbm, syslog, Tcl's own open / read / puts), processes with none (_posixsubprocess.fork_exec: only RLIMIT_NPROC
     # stopped it; subprocess and asyncio, which import it, cannot be imported)
     unsafe = lambda part: part in ("ctypes", "readline", "_multiprocessing", "_dbm", "_gdbm", "syslog", "_curses",
-                                   "_tkinter", "_ssl") or part.startswith(("_ctypes", "_test", "_xx", "_interp", "_posix"))
+                                   "_tkinter", "_ssl", "mmap") or part.startswith(("_ctypes", "_test", "_xx", "_interp", "_posix"))
     path_events = {"os.remove": 1, "os.rmdir": 1, "os.mkdir": 1, "os.chown": 1, "os.utime": 1,
                    "os.rename": 2, "os.link": 2, "os.truncate": 0, "shutil.rmtree": 1, "os.setxattr": 0, "os.removexattr": 0}
     wflags, not_paths = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC, (int, tuple, type(None))
@@ -536,7 +538,8 @@ def _sandbox_main():
     [__import__(name) for name in sys.builtin_module_names if not unsafe(name)]
     # none of these has an audit event: FIFOs or files outside (notes across runs), leaving the process group that
     # is killed at the end (a process that outlives its run keeps notes, e.g. in file locks); os's come from posix
-    for name in "mkfifo", "mknod", "setsid", "setpgid", "setpgrp", "login_tty":
+    # (nor the page cache of standard-library files: evicting pages and probing for them kept notes with no process)
+    for name in "mkfifo", "mknod", "setsid", "setpgid", "setpgrp", "login_tty", "posix_fadvise", "preadv", "pwritev":
         [delattr(m, name) for m in (os, sys.modules[os.name]) if hasattr(m, name)]
     del gc.set_debug, _imp.create_builtin
     go.release()

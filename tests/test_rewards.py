@@ -1019,9 +1019,13 @@ def test_no_oracle_in_assert_messages_and_no_escape_from_the_run():
     prog = "n = [0]\ndef f(x):\n    n[0] += 1\n    print('call', n[0], flush=True)\n    return -1\n"
     r = R.run_python(prog, "assert f(1) == 1, 'got ' + str(f(1))\nassert f(2) == 2, f(2)", entry_point="f")
     assert r.status == "fail" and r.stdout.split() == ["call", "1", "call", "2"]  # no call from a message
-    names = ("setsid", "setpgid", "setpgrp", "login_tty", "mkfifo", "mknod")
+    names = ("setsid", "setpgid", "setpgrp", "login_tty", "mkfifo", "mknod", "posix_fadvise", "preadv", "pwritev")
     gone = f"import os, posix\ndef f():\n    return [n for n in {names!r} for m in (os, posix) if hasattr(m, n)]\n"
     assert R.code_check(fence(gone), {"task": "code", "prompt": "", "test_code": "assert f() == []"}) == (1.0, "pass")
+    # the thirteenth review: evicting (posix_fadvise DONTNEED) and probing (preadv RWF_NOWAIT) pages of a standard-
+    # library file kept bits in the page cache from one run to the next; mmap's madvise(MADV_PAGEOUT) would too
+    assert R.code_check(fence("import mmap\ndef f():\n    return 1\n"), {"task": "code", "prompt": "",
+                                                                      "test_code": "assert f() == 1"}) == (0.0, "fail")
 
 
 def test_every_io_case_runs(monkeypatch):
