@@ -21,16 +21,17 @@ library module, which the judge imports itself: the program's `sys` would answer
 dict, OrderedDict, Counter, deque; an iterator as its first 100,000 items), decoded by the judge into fresh objects
 (bounded size and nesting, never eval or pickle), or a handle to any other object: calling it, getting or setting
 its attributes runs in the program's process; it compares with nothing and has no truth value. Its exceptions come
-back by the name of their built-in class (else Exception; never SystemExit / KeyboardInterrupt). Pass: the judge
-exits 0 after every test ran; a failing assert is recorded (its message not run) and the tests go on, every io case runs whatever
-the earlier ones gave, so what a program is asked never tells it whether an answer passed (with a way to keep
-notes across runs, such as FIFOs in /tmp before mkfifo was deleted, that oracle taught a program that computed
-nothing MBPP's hidden answers). The judge runs with -P (not the caller's directory on its path) and a 2x memory
-limit. Guaranteed, each by an adversarial test:
+back by the name of their built-in class (else Exception; never SystemExit / KeyboardInterrupt / StopIteration).
+Pass: the judge exits 0 after every test ran. A failing assert is recorded (its message not run) and the tests go
+on, and every io case runs whatever the earlier ones gave, so what a program is asked never tells it whether an
+answer passed (with a way to keep notes across runs, such as FIFOs in /tmp before mkfifo was deleted, that oracle
+taught a program that computed nothing MBPP's hidden answers). The judge runs with -P (not the caller's directory
+on its path) and a 2x memory limit. Guaranteed, each by an adversarial test:
 - Nothing the program does in its process reaches the verdict: a StopIteration re-raised into the tests' map or
-  filter (it arrives as Exception), finalizers or gc callbacks running in the harness's frame, impostor dict keys, always-equal objects or int subclasses (they cross as handles), rebound builtins
-  (the judge's are its own; only the entry point may be named like one), redefined setup helpers (the judge runs
-  the setup), exiting 0 before the tests (the judge first waits for the program to run to its end).
+  filter (it arrives as Exception), finalizers or gc callbacks running in the harness's frame, impostor dict keys,
+  always-equal objects or int subclasses (they cross as handles), rebound builtins (the judge's are its own; only
+  the entry point may be named like one), redefined setup helpers (the judge runs the setup), exiting 0 before the
+  tests (the judge first waits for the program to run to its end).
 - The sandbox, per run: `python -S` in its own session, temp dir and scrubbed environment, killed with its process
   group at the time limit (the judge's too). It forks: the parent keeps the caller's identity and waits; the child
   drops to `nobody` when the caller is root, sets rlimits (CPU, memory, file size, NPROC 1, no core, 64 fds),
@@ -55,8 +56,8 @@ NOT supported / NOT protected against (run large-scale untrusted code in a conta
   the process group killed at the end; another way out of it would let a process outlive its run and keep notes
   (file locks on standard-library files, its mere existence) for later runs. The page cache kept notes with no
   process (pages of standard-library files evicted and probed): posix_fadvise, preadv, pwritev are deleted and mmap
-  refused; reading a rarely used file still leaves a bit a later run could time, and atimes (relatime) remain. An `and` inside one assert still runs
-  its later calls only if the earlier ones held (none in HumanEval or MBPP).
+  refused; reading a rarely used file still leaves a bit a later run could time, and atimes (relatime) remain. An
+  `and` inside one assert still runs its later calls only if the earlier ones held (none in HumanEval or MBPP).
 - Wrong-but-passing answers the tests cannot see: special-casing the (often visible) tests, a test that only checks
   that a call does not raise (a program that sends its reply early then hangs passes tests that call nothing).
 - As non-root the program runs as you, behind only the audit hook, which can be evaded (os.pidfd_open +
@@ -536,9 +537,9 @@ def _sandbox_main():
     # a fresh gc module (with it back) needs _imp.create_builtin: every builtin module is imported now (but
     # refused ones: Debian's Python has syslog and _posixsubprocess built in), then both go
     [__import__(name) for name in sys.builtin_module_names if not unsafe(name)]
-    # none of these has an audit event: FIFOs or files outside (notes across runs), leaving the process group that
-    # is killed at the end (a process that outlives its run keeps notes, e.g. in file locks); os's come from posix
-    # (nor the page cache of standard-library files: evicting pages and probing for them kept notes with no process)
+    # ways to keep notes across runs, none with an audit event: FIFOs or files outside (mkfifo, mknod), a process
+    # outliving the run by leaving the process group killed at its end (it kept notes in file locks), pages of
+    # standard-library files evicted and probed in the page cache. Gone from os and from posix, where they come from
     for name in "mkfifo", "mknod", "setsid", "setpgid", "setpgrp", "login_tty", "posix_fadvise", "preadv", "pwritev":
         [delattr(m, name) for m in (os, sys.modules[os.name]) if hasattr(m, name)]
     del gc.set_debug, _imp.create_builtin
@@ -658,11 +659,10 @@ def _judge_main():  # runs as its own program (python -S -c; argv: request fd, r
             kind = getattr(builtins, value) if type(value) is str and value.isidentifier() else None
         except Exception:  # a malformed reply, or none: the program failed, whatever the tests would catch
             os._exit(1)
-        # (not StopIteration: raised into the tests' map or filter it would end them early, as if all passed)
-        raise kind() if type(kind) is type and issubclass(kind, Exception) and kind not in (StopIteration,
-                                                                                        StopAsyncIteration) else Exception()
-    # pass: exit status 0, at the end of this script; any exception the tests let out exits 1
-    # An assert that fails is recorded and the tests go on, so what the program is asked next never tells it whether
+        # not StopIteration: raised into the tests' map or filter it would end them early, as if all had passed
+        known = type(kind) is type and issubclass(kind, Exception) and kind not in (StopIteration, StopAsyncIteration)
+        raise kind() if known else Exception()
+    # Pass: exit status 0 at the end, with no assert failed; an exception the tests let out exits 1. An assert that fails is recorded and the tests go on, so what the program is asked next never tells it whether
     # its last answer passed (an oracle it could learn hidden tests from, keeping the answers across runs)
     class Soft(ast.NodeTransformer):
         def visit_Assert(self, node):
