@@ -63,9 +63,10 @@ NOT supported / NOT protected against (run large-scale untrusted code in a conta
 - As non-root the program runs as you, behind only the audit hook, which can be evaded (os.pidfd_open +
   signal.pidfd_send_signal are not audited: it can kill the judge, which only fails it); as root, `nobody` can still
   signal other `nobody` processes. A file opened by C code without an audit event is not checked (the known modules
-  that do are refused: readline, shared memory, dbm, syslog, Tcl); os.mkfifo and os.mknod (no audit event) are
-  deleted before the program runs; directories outside can be listed (names, not contents).
-- Network is refused only by the audit hook (no namespace); disk use is bounded per file only.
+  that do are refused: readline, shared memory, dbm, syslog, Tcl); os.mkfifo, os.mknod and os.memfd_create (no
+  audit event) are deleted before the program runs; directories outside can be listed (names, not contents).
+- Network is refused only by the audit hook (no namespace); disk use is bounded per file only (16 MiB), so a run
+  can fill the disk for its few seconds; its dir is removed after it (a run that defeats that scores 0, 'error').
 Cost of the memory guards: a program importing anything outside the standard library fails (site-packages are not
 on its path, and native modules load only from the standard library's files), and so does one importing subprocess or
 asyncio (their _posixsubprocess starts processes with no audit event; RLIMIT_NPROC 1 alone stopped that: as root
@@ -81,7 +82,6 @@ import os
 import pwd
 import re
 import select
-import shutil
 import signal
 import subprocess
 import sys
@@ -478,7 +478,9 @@ def _sandbox_main():
             else:  # a symbolic link: its target takes its place (from the root when absolute)
                 todo[:0], done = target.split("/"), [] if target.startswith("/") else done
         return "/".join(["", *done]) or "/"
-    work, inside = resolve(".") + "/", lambda r: r == "/dev/null" or (r + "/").startswith(work)  # r: a resolved path
+    # r: a resolved path; strictly below the work dir (removing the dir itself and putting a file in its place left
+    # the file in /tmp after the run, a note store for later runs: fourteenth review)
+    work, inside = resolve(".") + "/", lambda r: r == "/dev/null" or r.startswith(work)
     # what the program may read outside its dir: the standard library (its import path), /dev/urandom
     readable = tuple(resolve(p) + "/" for p in sys.path if os.path.isdir(p))
     deny = frozenset("os.kill os.killpg os.fork os.forkpty os.exec os.posix_spawn os.spawn os.system subprocess.Popen "
@@ -539,8 +541,10 @@ def _sandbox_main():
     [__import__(name) for name in sys.builtin_module_names if not unsafe(name)]
     # ways to keep notes across runs, none with an audit event: FIFOs or files outside (mkfifo, mknod), a process
     # outliving the run by leaving the process group killed at its end (it kept notes in file locks), pages of
-    # standard-library files evicted and probed in the page cache. Gone from os and from posix, where they come from
-    for name in "mkfifo", "mknod", "setsid", "setpgid", "setpgrp", "login_tty", "posix_fadvise", "preadv", "pwritev":
+    # standard-library files evicted and probed in the page cache; memfd_create (shared memory past RLIMIT_AS: 2x the
+    # memory limit). Gone from os and from posix, where they come from
+    for name in ("mkfifo", "mknod", "setsid", "setpgid", "setpgrp", "login_tty", "posix_fadvise", "preadv", "pwritev",
+                 "memfd_create"):
         [delattr(m, name) for m in (os, sys.modules[os.name]) if hasattr(m, name)]
     del gc.set_debug, _imp.create_builtin
     go.release()
@@ -695,6 +699,23 @@ _JUDGE = inspect.getsource(_wire) + inspect.getsource(_judge_main) + "_judge_mai
 _NOBODY = next(((p.pw_uid, p.pw_gid) for p in pwd.getpwall() if p.pw_name == "nobody"), (65534, 65534))  # uid, gid
 
 
+def _remove(top: str) -> bool:
+    """Delete top and everything in it, whatever a program left there (shutil.rmtree recursed and failed on a chain
+    of 3,000 directories, leaving it: fourteenth review). No recursion and no long paths: each directory's entries
+    move up into top under fresh names before it is removed; unreadable ones are made readable. True if top stays."""
+    with contextlib.suppress(OSError):
+        while names := os.listdir(top):
+            for p in (os.path.join(top, name) for name in names):
+                if os.path.islink(p) or not os.path.isdir(p):
+                    os.unlink(p)
+                else:  # (a name mktemp gives is free: nothing else writes in top now)
+                    os.chmod(p, 0o700)
+                    [os.rename(os.path.join(p, name), tempfile.mktemp(dir=top)) for name in os.listdir(p)]
+                    os.rmdir(p)
+        os.rmdir(top)
+    return os.path.lexists(top)
+
+
 def run_python(code: str, tests: str = "", *, setup: str = "", entry_point: str | None = None,
                stdin: str | None = None, timeout: float = TIMEOUT_S, memory_mb: int = MEMORY_MB) -> ExecResult:
     """Run setup + code in the sandbox and the tests in a judge process calling it (pass = every test ran and
@@ -707,12 +728,14 @@ def run_python(code: str, tests: str = "", *, setup: str = "", entry_point: str 
                cpu=int(timeout) + 1, mem=memory_mb << 20, fsize=cap)
     judge_job = dict(setup=setup, tests=tests, entry_point=entry_point, depth=100, cap=cap, mem=2 * memory_mb << 20,
                      check=bool(entry_point and _CHECK.search(tests)))
-    work, procs, fds = tempfile.mkdtemp(prefix=WORKDIR_PREFIX), [], [*os.pipe(), *os.pipe()]  # requests, replies
+    # the program's dir is box in the caller's dir top (0711): nobody can neither remove nor replace its own dir
+    top, procs, fds = tempfile.mkdtemp(prefix=WORKDIR_PREFIX), [], [*os.pipe(), *os.pipe()]  # requests, replies
+    work, job_path, kept = os.path.join(top, "box"), os.path.join(top, "job.json"), True
     files = [tempfile.TemporaryFile() for _ in range(5)]  # stdin, stdout, stderr: files cannot fill up and block;
     try:                                                  # the judge's job, its output
-        job_path = os.path.join(work, "job.json")
         with open(os.open(job_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
             json.dump(job, f)
+        os.chmod(top, 0o711), os.mkdir(work, 0o700)
         if os.geteuid() == 0:
             os.chown(work, *_NOBODY)
         files[0].write((stdin or "").encode()), files[3].write(json.dumps(judge_job).encode())
@@ -752,7 +775,9 @@ def run_python(code: str, tests: str = "", *, setup: str = "", entry_point: str 
                 p.kill(), p.wait()
         [os.close(fd) for fd in fds]
         [f.close() for f in files]
-        shutil.rmtree(work, ignore_errors=True)
+        kept = _remove(top)
+    if kept:  # the program made its dir unremovable: no reward, and the caller is told
+        return ExecResult("error", rc, out, err + "\nsandbox: could not remove " + top, time.monotonic() - t0)
     timed_out = not exited or rc == 128 + signal.SIGXCPU
     status = "timeout" if timed_out else "pass" if verdict == 0 else "fail"  # tests: the judge's verdict only
     return ExecResult(status, rc, out, err, time.monotonic() - t0)

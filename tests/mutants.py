@@ -265,7 +265,7 @@ MUTANTS = [
     # that fails after a checkpoint not resumed, or resumed forever
     ("judge-stops-at-a-failed-assert", "rewards.py", "_judge_main", "return ast.copy_location(soft, node)", "return node",
      ids("test_rewards.py", "test_no_oracle_whether_an_answer_passed")),
-    ("mkfifo-left-to-the-program", "rewards.py", "_sandbox_main", 'for name in "mkfifo", "mknod", ', "for name in ",
+    ("mkfifo-left-to-the-program", "rewards.py", "_sandbox_main", 'for name in ("mkfifo", "mknod", ', "for name in (",
      ids("test_rewards.py", "test_no_oracle_whether_an_answer_passed")),
     ("setsid-left-to-the-program", "rewards.py", "_sandbox_main", '"setsid", "setpgid", ', '"setpgid", ',
      ids("test_rewards.py", "test_no_oracle_in_assert_messages_and_no_escape_from_the_run")),
@@ -273,6 +273,17 @@ MUTANTS = [
      ids("test_rewards.py", "test_no_oracle_in_assert_messages_and_no_escape_from_the_run")),
     ("mmap-importable", "rewards.py", "_sandbox_main", '"_ssl", "mmap")', '"_ssl")',
      ids("test_rewards.py", "test_no_oracle_in_assert_messages_and_no_escape_from_the_run")),
+    ("memfd-left-to-the-program", "rewards.py", "_sandbox_main", '"pwritev",\n                 "memfd_create")',
+     '"pwritev")', ids("test_rewards.py", "test_no_oracle_in_assert_messages_and_no_escape_from_the_run")),
+    # the fourteenth review: the program's own dir removable (a file in its place stayed in /tmp), a recursive cleanup
+    # (a chain of 3,000 dirs stayed), a dir that stays unreported
+    ("workdir-removable-by-the-program", "rewards.py", "_sandbox_main", "or r.startswith(work)",
+     'or (r + "/").startswith(work)', ids("test_rewards.py", "test_a_run_leaves_nothing_in_tmp")),
+    ("cleanup-by-recursive-rmtree", "rewards.py", "run_python", "kept = _remove(top)",
+     "__import__('shutil').rmtree(top, ignore_errors=True); kept = os.path.lexists(top)",
+     ids("test_rewards.py", "test_a_run_leaves_nothing_in_tmp")),
+    ("cleanup-failure-unreported", "rewards.py", "run_python", "if kept:", "if False:",
+     ids("test_rewards.py", "test_a_run_leaves_nothing_in_tmp")),
     ("judge-runs-assert-messages", "rewards.py", "_judge_main", "soft.body[0], node.msg = node, None", "soft.body[0] = node",
      ids("test_rewards.py", "test_no_oracle_in_assert_messages_and_no_escape_from_the_run")),
     ("io-cases-stop-at-a-failure", "rewards.py", "code_check", "for case in io_tests]", "for case in io_tests[:1]]",

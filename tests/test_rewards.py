@@ -1019,13 +1019,46 @@ def test_no_oracle_in_assert_messages_and_no_escape_from_the_run():
     prog = "n = [0]\ndef f(x):\n    n[0] += 1\n    print('call', n[0], flush=True)\n    return -1\n"
     r = R.run_python(prog, "assert f(1) == 1, 'got ' + str(f(1))\nassert f(2) == 2, f(2)", entry_point="f")
     assert r.status == "fail" and r.stdout.split() == ["call", "1", "call", "2"]  # no call from a message
-    names = ("setsid", "setpgid", "setpgrp", "login_tty", "mkfifo", "mknod", "posix_fadvise", "preadv", "pwritev")
+    names = ("setsid", "setpgid", "setpgrp", "login_tty", "mkfifo", "mknod", "posix_fadvise", "preadv", "pwritev",
+             "memfd_create")  # the fourteenth review: memfd pages are shared memory, not counted by RLIMIT_AS
     gone = f"import os, posix\ndef f():\n    return [n for n in {names!r} for m in (os, posix) if hasattr(m, n)]\n"
     assert R.code_check(fence(gone), {"task": "code", "prompt": "", "test_code": "assert f() == []"}) == (1.0, "pass")
     # the thirteenth review: evicting (posix_fadvise DONTNEED) and probing (preadv RWF_NOWAIT) pages of a standard-
     # library file kept bits in the page cache from one run to the next; mmap's madvise(MADV_PAGEOUT) would too
     assert R.code_check(fence("import mmap\ndef f():\n    return 1\n"), {"task": "code", "prompt": "",
                                                                       "test_code": "assert f() == 1"}) == (0.0, "fail")
+
+
+def test_a_run_leaves_nothing_in_tmp(tmp_path, monkeypatch):
+    """The fourteenth review: a program removed its own dir and put a file in its place (the cleanup left the file in
+    /tmp: exact notes for later runs in its size, mode and times, while the run still passed), and a chain of 3,000
+    directories made shutil.rmtree recurse and fail (it left gigabytes behind)."""
+    gone = lambda here: not os.path.lexists(here) and not (os.path.basename(os.path.dirname(here)).startswith(
+        R.WORKDIR_PREFIX) and os.path.lexists(os.path.dirname(here)))  # nor the dir above it, if the run's
+    swap = ("import os\nhere = os.getcwd()\nprint(here, flush=True)\n[os.remove(n) for n in os.listdir(here)]\n"
+            "try:\n    os.rmdir(here)\nexcept OSError as e:\n    print('refused', e, flush=True)\n"
+            "try:\n    os.close(os.open(here, os.O_WRONLY | os.O_CREAT, 0o640))\nexcept OSError:\n    pass\n")
+    r = R.run_python(swap, stdin="")
+    here = r.stdout.split()[0]  # the hook refuses it; and nobody may not write in the dir above (the caller's)
+    assert "refused sandbox: os.rmdir" in r.stdout and gone(here) and R.WORKDIR_PREFIX in os.path.dirname(here), r
+    deep = ("import os\nprint(os.getcwd(), flush=True)\nos.mkdir('note')\nos.mkdir('note/c')\nfor _ in range(3000):\n"
+            "    os.mkdir('n'), os.rename('note/c', 'n/c'), os.rename('n', 'note/c')\nopen('note/c/x', 'w').write('1')\n")
+    r = R.run_python(deep, stdin="")
+    assert r.status == "pass" and gone(r.stdout.split()[0]), r
+    # _remove on its own: paths far past PATH_MAX, a directory with no permissions
+    top, d = tmp_path / "top", ""
+    os.makedirs(top / "locked" / "in")
+    for _ in range(30):
+        os.mkdir(top / "n"), os.rename(top / "locked", top / "n" / ("c" * 200)), os.rename(top / "n", top / "locked")
+    (top / "f").write_text("1"), os.chmod(top / "locked", 0)
+    assert R._remove(str(top)) is False and not top.exists()
+    def stays(p):
+        raise PermissionError(p)
+    monkeypatch.setattr(R.os, "rmdir", stays)  # a dir that stays: no reward, and the caller is told
+    r = R.run_python("print(1)", stdin="")
+    monkeypatch.undo()
+    assert r.status == "error" and "could not remove" in r.stderr
+    R._remove(r.stderr.split("could not remove ")[-1].strip())
 
 
 def test_every_io_case_runs(monkeypatch):
