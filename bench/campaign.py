@@ -355,7 +355,8 @@ def run_job(job, gpu, args, lock):
 def locked_job(job, gpu, args, lock):
     """Train (to --until, else to the end), evaluate, append the record (not under --until); the phase is
     shown by the status loop."""
-    env = {**os.environ, "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "PYTHONUNBUFFERED": "1"}
+    # expandable segments (less fragmentation with K runs per GPU) unless the caller sets the allocator itself
+    env = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", **os.environ, "PYTHONUNBUFFERED": "1"}
     if gpu != "cpu":
         env["CUDA_VISIBLE_DEVICES"] = gpu
     d, py, target = job["dir"], sys.executable, args.until or job["steps"]
