@@ -37,7 +37,7 @@ on its path) and a 2x memory limit. Guaranteed, each by an adversarial test:
   drops to `nobody` when the caller is root, sets rlimits (CPU, memory, file size, NPROC 1, no core, 64 fds),
   installs an audit hook refusing kill, process creation, ctypes, sockets, sqlite, tracing, other audit hooks,
   frame/gc introspection, writing outside its dir and reading outside it and the standard library (so not /proc,
-  the data's gold answers or other runs' files). Its path checks resolve paths with C functions bound before the
+  site-packages, the data's gold answers or other runs' files), and more than 10,000 files written or dirs made. Its path checks resolve paths with C functions bound before the
   program runs and accept exact str / bytes only. The hook's own state (its closure) must stay out of reach: a
   refused call's traceback holds the hook's frame (frames are refused: sys._getframe, tracebacks', generators',
   gc.set_debug removed), and a signal handler's frame argument led to the main thread's (the program runs in a
@@ -56,7 +56,9 @@ NOT supported / NOT protected against (run large-scale untrusted code in a conta
   the process group killed at the end; another way out of it would let a process outlive its run and keep notes
   (file locks on standard-library files, its mere existence) for later runs. The page cache kept notes with no
   process (pages of standard-library files evicted and probed): posix_fadvise, preadv, pwritev are deleted and mmap
-  refused; reading a rarely used file still leaves a bit a later run could time, and atimes (relatime) remain. An
+  refused; reading a rarely used file still leaves a bit a later run could time, and atimes (relatime) remain, and
+  so do the kernel's cached failed lookups (os.stat is not audited: a later run times a missing name's lookup; 64
+  bits survived 20 other runs): closing these needs a private mount namespace or chroot per run. An
   `and` inside one assert still runs its later calls only if the earlier ones held (none in HumanEval or MBPP).
 - Wrong-but-passing answers the tests cannot see: special-casing the (often visible) tests, a test that only checks
   that a call does not raise (a program that sends its reply early then hangs passes tests that call nothing).
@@ -481,8 +483,11 @@ def _sandbox_main():
     # r: a resolved path; strictly below the work dir (removing the dir itself and putting a file in its place left
     # the file in /tmp after the run, a note store for later runs: fourteenth review)
     work, inside = resolve(".") + "/", lambda r: r == "/dev/null" or r.startswith(work)
-    # what the program may read outside its dir: the standard library (its import path), /dev/urandom
-    readable = tuple(resolve(p) + "/" for p in sys.path if os.path.isdir(p))
+    # what the program may read outside its dir: the standard library (its import path), /dev/urandom. Not
+    # site-packages, which pyenv, Docker's and conda's Pythons keep inside it (_cffi_backend from there called libc
+    # with no audit event: it read the data's gold solutions, all 1,138 passed; fifteenth review)
+    dirs = tuple(resolve(p) + "/" for p in sys.path if os.path.isdir(p))
+    readable = lambda r: r.startswith(dirs) and "/site-packages/" not in r and "/dist-packages/" not in r
     deny = frozenset("os.kill os.killpg os.fork os.forkpty os.exec os.posix_spawn os.spawn os.system subprocess.Popen "
                      "resource.prlimit sys.settrace sys.setprofile sys._current_frames sys._current_exceptions "
                      "os.symlink sys.addaudithook gc.get_objects gc.get_referrers gc.get_referents code.__new__ "
@@ -492,15 +497,15 @@ def _sandbox_main():
     # dbm, syslog, Tcl's own open / read / puts), processes with none (_posixsubprocess.fork_exec: only RLIMIT_NPROC
     # stopped it; subprocess and asyncio, which import it, cannot be imported)
     unsafe = lambda part: part in ("ctypes", "readline", "_multiprocessing", "_dbm", "_gdbm", "syslog", "_curses",
-                                   "_tkinter", "_ssl", "mmap") or part.startswith(("_ctypes", "_test", "_xx", "_interp", "_posix"))
+        "_tkinter", "_ssl", "mmap") or part.startswith(("_ctypes", "_test", "_xx", "_interp", "_posix", "_cffi"))
     path_events = {"os.remove": 1, "os.rmdir": 1, "os.mkdir": 1, "os.chown": 1, "os.utime": 1,
                    "os.rename": 2, "os.link": 2, "os.truncate": 0, "shutil.rmtree": 1, "os.setxattr": 0, "os.removexattr": 0}
-    wflags, not_paths = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC, (int, tuple, type(None))
+    wflags, not_paths, made = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC, (int, tuple, type(None)), []
     def hook(event, args, any=any, str=str, int=int, len=len, type=type, PermissionError=PermissionError,
              ValueError=ValueError, AttributeError=AttributeError, S_ISDIR=_stat.S_ISDIR):
         if event in deny or event.startswith(("ctypes.", "socket.")) or event == "import" and (  # by a plain str name,
                 type(args[0]) is not str or any(unsafe(part) for part in args[0].split("."))  # a native module only
-                or args[1] is not None and not resolve(args[1]).startswith(readable)):  # from the standard library's files
+                or args[1] is not None and not readable(resolve(args[1]))):  # from the standard library's files
             raise PermissionError("sandbox: " + event)
         # frames: a traceback of a refused call holds this hook's frame, whose locals lead to its closure's cells
         if event == "sys._getframe" or event == "object.__getattr__" and args[1] in ("tb_frame", "gi_frame", "cr_frame",
@@ -513,13 +518,19 @@ def _sandbox_main():
             # the path as given (the resolved one may be out of nobody's reach); no such path: its OSError refuses
             # the open, which would fail too
             p = resolve(args[0], args[1] is not None)
-            if not (inside(p) or not writes and (p.startswith(readable) or p == "/dev/urandom")
+            if not (inside(p) or not writes and (readable(p) or p == "/dev/urandom")
                     and not S_ISDIR(stat(args[0]).st_mode)):
                 raise PermissionError("sandbox: open " + p)
+            # files written and dirs made: at most 10,000, so the cleanup's walk stays short (fifteenth review: it
+            # took 19 s, outside the run's time limit, for 158k dirs)
+            if writes and (made.append(1) or len(made) > 10_000):
+                raise PermissionError("sandbox: over 10,000 files written or dirs made")
         elif (n := path_events.get(event)) is not None:  # n: how many dir_fd arguments end its args
             if any(type(a) not in not_paths and not inside(resolve(a)) for a in args) or \
                     any(a not in (None, -1) for a in args[len(args) - n:] if n):
                 raise PermissionError("sandbox: " + event)
+            if event in ("os.mkdir", "os.link") and (made.append(1) or len(made) > 10_000):
+                raise PermissionError("sandbox: over 10,000 files written or dirs made")
     # The program runs in a second thread (_program): Python refuses it signal handlers, whose frame argument led
     # back to this frame, whose locals (the hook's closure) the program could then rewrite; that thread's frames
     # lead nowhere. SIGINT (the only signal whose default runs Python code here: KeyboardInterrupt) is ignored.

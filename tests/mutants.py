@@ -284,6 +284,15 @@ MUTANTS = [
      ids("test_rewards.py", "test_a_run_leaves_nothing_in_tmp")),
     ("cleanup-failure-unreported", "rewards.py", "run_python", "if kept:", "if False:",
      ids("test_rewards.py", "test_a_run_leaves_nothing_in_tmp")),
+    # the fifteenth review: site-packages inside the standard library's dir (pyenv) readable and importable
+    # (_cffi_backend read the gold solutions), and no cap on files or dirs made (the cleanup took 19 s)
+    ("site-packages-readable", "rewards.py", "_sandbox_main", 'and "/site-packages/" not in r and "/dist-packages/" not in r',
+     "", ids("test_rewards.py", "test_adversary_uses_site_packages_inside_the_standard_library")),
+    ("no-cap-on-files-written", "rewards.py", "_sandbox_main", "if writes and (made.append(1) or len(made) > 10_000):",
+     "if False:", ids("test_rewards.py", "test_a_run_leaves_nothing_in_tmp")),
+    ("no-cap-on-dirs-made", "rewards.py", "_sandbox_main",
+     'if event in ("os.mkdir", "os.link") and (made.append(1) or len(made) > 10_000):', "if False:",
+     ids("test_rewards.py", "test_a_run_leaves_nothing_in_tmp")),
     ("judge-runs-assert-messages", "rewards.py", "_judge_main", "soft.body[0], node.msg = node, None", "soft.body[0] = node",
      ids("test_rewards.py", "test_no_oracle_in_assert_messages_and_no_escape_from_the_run")),
     ("io-cases-stop-at-a-failure", "rewards.py", "code_check", "for case in io_tests]", "for case in io_tests[:1]]",

@@ -630,6 +630,29 @@ def test_adversary_loads_native_code():
     run_adversary(NATIVE_CODE.format(cffi=cffi), "assert ways")
 
 
+def test_adversary_uses_site_packages_inside_the_standard_library():
+    """The fifteenth review: pyenv's site-packages (Docker's and conda's too) is inside the standard library's dir,
+    which the sandbox may read and import native modules from: appended to sys.path, _cffi_backend imported and
+    called libc's open / read with no audit event, and read the data's gold solutions (1,138 of 1,138 passed)."""
+    import sysconfig
+    site = sysconfig.get_paths()["purelib"]  # (inside the standard library's dir on this project's CPU machines)
+    run_adversary(f"""
+import os, sys
+ways = []
+for d in [p + "/site-packages" for p in sys.path] + [{site!r}]:
+    try:
+        ways.append(open(os.path.join(d, next(n for n in sorted(os.listdir(d)) if n.endswith((".py", ".txt", ".pth"))))))
+    except Exception:
+        pass
+    sys.path.append(d)
+for name in "_cffi_backend", "pytest":
+    try:
+        ways.append(__import__(name))
+    except Exception:
+        pass
+""", "assert ways")
+
+
 def test_harness_looks_up_no_global_name_once_the_program_ran():
     """A sixth review: worker's dict comprehension looked `type` and `str` up as globals of the harness's __main__,
     which the program can rebind, and that undid the fix for impostor keys (40 of 40 MBPP passed). A rule for the
@@ -1045,6 +1068,11 @@ def test_a_run_leaves_nothing_in_tmp(tmp_path, monkeypatch):
             "    os.mkdir('n'), os.rename('note/c', 'n/c'), os.rename('n', 'note/c')\nopen('note/c/x', 'w').write('1')\n")
     r = R.run_python(deep, stdin="")
     assert r.status == "pass" and gone(r.stdout.split()[0]), r
+    # the fifteenth review: 158k dirs (or files) made the cleanup take 19 s after the run's time limit: at most 10,000
+    for make in "os.mkdir(str(i))", "open(str(i), 'w').close()", "os.link('f', str(i))":
+        r = R.run_python("import os\nopen('f', 'w').close()\nn = 0\nfor i in range(12000):\n    try:\n"
+                         f"        {make}\n        n += 1\n    except OSError:\n        pass\nprint(n)", stdin="")
+        assert r.status == "pass" and int(r.stdout) < 10_000, (make, r)
     # _remove on its own: paths far past PATH_MAX, a directory with no permissions
     top, d = tmp_path / "top", ""
     os.makedirs(top / "locked" / "in")
