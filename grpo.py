@@ -55,12 +55,10 @@ def token_weights(roles, lengths, mode="seq-mean-token-mean", role_weights=None)
     Returns (weights: list[float], shares: dict role -> total weight)."""
     if mode not in AGGREGATIONS:
         raise ValueError(f"unknown loss aggregation {mode!r}; choose from {AGGREGATIONS}")
-    live = [i for i, n in enumerate(lengths) if n > 0]
-    weights = [0.0] * len(lengths)
+    live, weights = [i for i, n in enumerate(lengths) if n > 0], [0.0] * len(lengths)
     if not live:
         return weights, {}
-    per_role = Counter(roles[i] for i in live)
-    total_tokens = sum(lengths[i] for i in live)
+    per_role, total_tokens = Counter(roles[i] for i in live), sum(lengths[i] for i in live)
     for i in live:
         if mode == "seq-mean-token-mean":
             weights[i] = 1.0 / (len(live) * lengths[i])
@@ -133,8 +131,7 @@ def completion_logprobs(model, prompts, completions, temperature=1.0, chunk_toke
     # instead of materialising (rows, heads, L, L) attention weights for backward.
     hidden = model.base_model(input_ids=ids.to(device)).last_hidden_state
     hidden = hidden[torch.tensor(rows, device=device), torch.tensor(cols, device=device)]  # (N, H)
-    targets = torch.tensor(targets, device=device)
-    head = output_head(model)
+    targets, head = torch.tensor(targets, device=device), output_head(model)
     # with grad on, each chunk runs under checkpoint: its (N, V) logits are recomputed in backward, not kept
     run = partial(checkpoint, _chunk_logprobs, use_reentrant=False) if torch.is_grad_enabled() else _chunk_logprobs
     logps, entropies = zip(*[run(head, hidden[s:s + chunk_tokens], targets[s:s + chunk_tokens], temperature)
@@ -178,8 +175,7 @@ def token_loss(logprobs, old_logprobs, advantages, clip_low=0.2, clip_high=0.28,
     if dual_clip:
         cap = -advantages * dual_clip
         capped = (advantages < 0) & (loss > cap)
-        loss = torch.where(capped, cap, loss)
-        clipped = clipped | capped
+        loss, clipped = torch.where(capped, cap, loss), clipped | capped
     kl = torch.zeros_like(loss)
     if ref_logprobs is not None:
         d = (ref_logprobs - logprobs).clamp(-20, 20)
