@@ -33,14 +33,13 @@ def group_advantages(keys, rewards, eps=1e-6, scale=True):
     for i, k in enumerate(keys):
         groups[k].append(i)
     advantages = {}  # row index -> advantage; every row is in exactly one group
-    singletons = sum(len(rows) == 1 for rows in groups.values())
     for rows in groups.values():  # a group of one: a = 0 below, so no baseline-free reward slips through
         r = torch.tensor([float(rewards[i]) for i in rows], dtype=torch.float64)
         a = r - r.mean()  # exactly 0 when all rewards are equal
         if scale and a.abs().max() > 0:
             a = a / (r.std() + eps)
         advantages.update(zip(rows, a.tolist()))
-    return [advantages[i] for i in range(len(keys))], singletons
+    return [advantages[i] for i in range(len(keys))], sum(len(rows) == 1 for rows in groups.values())
 
 
 def token_weights(roles, lengths, mode="seq-mean-token-mean", role_weights=None):
@@ -147,8 +146,7 @@ def check_logits(model, tokens=32):
     ids = torch.arange(1, tokens + 1, device=next(model.parameters()).device) % model.config.get_text_config().vocab_size
     with torch.no_grad():
         ours = completion_logprobs(model, [ids[:1].tolist()], [ids[1:].tolist()])[0][0]
-        logp = torch.log_softmax(model(input_ids=ids[None]).logits[0, :-1].float(), -1)
-    theirs = logp.gather(-1, ids[1:, None])[:, 0]
+        theirs = model(input_ids=ids[None]).logits[0, :-1].float().log_softmax(-1).gather(-1, ids[1:, None])[:, 0]
     # mean, not max: bf16 rounding (one ulp of a logit near 20 is 0.125; Gemma-2's forward soft-caps in
     # bf16, ours in fp32) moves single log-probs by up to ~0.1 (mean 0.03 on a bf16 Gemma-2 with logits
     # near 30, measured on CPU); a missing scale or soft-cap moves those of a real model by nats

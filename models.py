@@ -73,8 +73,7 @@ def build_tiny(path, seed=0):
         eos_token_id=[tok.convert_tokens_to_ids("<|im_end|>"), tok.pad_token_id])
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = transformers.Qwen3ForCausalLM(config)
-    model.save_pretrained(path)
+        transformers.Qwen3ForCausalLM(config).save_pretrained(path)
     tok.save_pretrained(path)
 
 
