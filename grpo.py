@@ -101,12 +101,9 @@ def output_head(model):
     Post-processing of other names is not known here: check_logits refuses such a model."""
     cfg, head = model.config.get_text_config(), model.get_output_embeddings()
     scale = (getattr(cfg, "logit_scale", None) or 1.0) / (getattr(cfg, "logits_scaling", None) or 1.0)
-    cap = getattr(cfg, "final_logit_softcapping", None)
-
-    def logits(h):
-        z = head(h).float() * scale
-        return cap * torch.tanh(z / cap) if cap else z
-    return logits
+    if cap := getattr(cfg, "final_logit_softcapping", None):
+        return lambda h: cap * torch.tanh(head(h).float() * scale / cap)
+    return lambda h: head(h).float() * scale
 
 
 def completion_logprobs(model, prompts, completions, temperature=1.0, chunk_tokens=4096):
