@@ -226,12 +226,10 @@ def make_policy(model, tokenizer, adapters, max_new_tokens=512, temperature=0.7,
 
 def _stage(policy, role, episodes, jobs):
     """One lock-step stage: jobs [(episode index, instance, text)] -> [(episode index, Turn)] from ONE
-    policy call; turns are appended to their episodes. A too-long prompt gives no turn (every caller
-    skips it) and marks its episode's facts["prompt_too_long"]."""
-    if not jobs:
-        return []
+    policy call (none without jobs); turns are appended to their episodes. A too-long prompt gives no turn
+    (every caller skips it) and marks its episode's facts["prompt_too_long"]."""
     out = []
-    for (i, instance, _), t in zip(jobs, policy(role, [text for _, _, text in jobs])):
+    for (i, instance, _), t in zip(jobs, policy(role, [text for _, _, text in jobs]) if jobs else []):
         if t is None:
             episodes[i].facts["prompt_too_long"] = True
         else:
