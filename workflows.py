@@ -479,10 +479,8 @@ def grade_episodes(eps, problems, group_size, diagnose=True):
     """Grade every final answer, plus (diagnose) every intermediate answer, in ONE rewards.grade call;
     identical (episode, text) pairs are graded once (code grading runs subprocesses). Each turn's
     training reward is the episode's outcome plus reward_shaping's term."""
-    wanted = {(i, ep.final) for i, ep in enumerate(eps) if ep.final is not None}
-    if diagnose:
-        wanted |= {(i, t.text) for i, ep in enumerate(eps) for t in ep.turns if t.role in ANSWER_ROLES}
-    wanted = sorted(wanted)
+    wanted = sorted({(i, ep.final) for i, ep in enumerate(eps) if ep.final is not None} |
+                    {(i, t.text) for i, ep in enumerate(eps) for t in ep.turns if diagnose and t.role in ANSWER_ROLES})
     graded = dict(zip(wanted, rewards.grade([text for _, text in wanted],
                                             [problems[i // group_size] for i, _ in wanted]) if wanted else []))
     for i, ep in enumerate(eps):
