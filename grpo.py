@@ -132,8 +132,7 @@ def completion_logprobs(model, prompts, completions, temperature=1.0, chunk_toke
     run = partial(checkpoint, _chunk_logprobs, use_reentrant=False) if torch.is_grad_enabled() else _chunk_logprobs
     logps, entropies = zip(*[run(head, hidden[s:s + chunk_tokens], targets[s:s + chunk_tokens], temperature)
                              for s in range(0, len(targets), chunk_tokens)])
-    sizes = [len(c) for c in completions]
-    return list(torch.cat(logps).split(sizes)), list(torch.cat(entropies).split(sizes))
+    return tuple(list(torch.cat(xs).split([len(c) for c in completions])) for xs in (logps, entropies))
 
 
 def check_logits(model, tokens=32):
