@@ -144,8 +144,7 @@ def load_problems(path: str, task: str | None = None, limit: int | None = None) 
     problems, seen = [], {}
     for where, row in rows[:limit]:
         try:
-            if isinstance(row, str):
-                row = json.loads(row)
+            row = json.loads(row) if isinstance(row, str) else row  # a JSONL line; a .json list's rows are parsed
             if isinstance(row, dict):  # SVAMP and ASDiv capitalise their keys (Body, Question, Answer, ID)
                 row = {k.lower() if isinstance(k, str) else k: v for k, v in row.items()}
             fmt, prob = _parse_row(row)

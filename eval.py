@@ -161,10 +161,8 @@ def compare_table(runs):
         if not (records := read_jsonl(os.path.join(run, "eval.jsonl"))):
             raise FileNotFoundError(f"{run} has no eval.jsonl; first run: python eval.py --run {run}"
                                     if os.path.isdir(run) else f"no such run directory: {run}")
-        groups = {}
-        for r in records:
-            groups.setdefault(json.dumps(r["settings"], sort_keys=True), []).append(r)
-        for group in groups.values():
+        keys = [json.dumps(r["settings"], sort_keys=True) for r in records]  # one row per settings, first seen first
+        for group in ([r for r, k in zip(records, keys) if k == key] for key in dict.fromkeys(keys)):
             (base, peak, final), r = summary(group), group[0]
             lines.append(f"{os.path.basename(os.path.normpath(run))[:27]:<28}{r['workflow']:<12}{r['policy']:<12}"
                          f"{r['task']:<6}{r['model'][-17:]:<18}{str(r['problems']) + ' x ' + str(r['n']):>9}"

@@ -33,14 +33,13 @@ def group_advantages(keys, rewards, eps=1e-6, scale=True):
     for i, k in enumerate(keys):
         groups[k].append(i)
     advantages = {}  # row index -> advantage; every row is in exactly one group
-    singletons = sum(len(rows) == 1 for rows in groups.values())
     for rows in groups.values():  # a group of one: a = 0 below, so no baseline-free reward slips through
         r = torch.tensor([float(rewards[i]) for i in rows], dtype=torch.float64)
         a = r - r.mean()  # exactly 0 when all rewards are equal
         if scale and a.abs().max() > 0:
             a = a / (r.std() + eps)
         advantages.update(zip(rows, a.tolist()))
-    return [advantages[i] for i in range(len(keys))], singletons
+    return [advantages[i] for i in range(len(keys))], sum(len(rows) == 1 for rows in groups.values())
 
 
 def token_weights(roles, lengths, mode="seq-mean-token-mean", role_weights=None):
@@ -55,12 +54,10 @@ def token_weights(roles, lengths, mode="seq-mean-token-mean", role_weights=None)
     Returns (weights: list[float], shares: dict role -> total weight)."""
     if mode not in AGGREGATIONS:
         raise ValueError(f"unknown loss aggregation {mode!r}; choose from {AGGREGATIONS}")
-    live = [i for i, n in enumerate(lengths) if n > 0]
-    weights = [0.0] * len(lengths)
+    live, weights = [i for i, n in enumerate(lengths) if n > 0], [0.0] * len(lengths)
     if not live:
         return weights, {}
-    per_role = Counter(roles[i] for i in live)
-    total_tokens = sum(lengths[i] for i in live)
+    per_role, total_tokens = Counter(roles[i] for i in live), sum(lengths[i] for i in live)
     for i in live:
         if mode == "seq-mean-token-mean":
             weights[i] = 1.0 / (len(live) * lengths[i])
@@ -104,12 +101,9 @@ def output_head(model):
     Post-processing of other names is not known here: check_logits refuses such a model."""
     cfg, head = model.config.get_text_config(), model.get_output_embeddings()
     scale = (getattr(cfg, "logit_scale", None) or 1.0) / (getattr(cfg, "logits_scaling", None) or 1.0)
-    cap = getattr(cfg, "final_logit_softcapping", None)
-
-    def logits(h):
-        z = head(h).float() * scale
-        return cap * torch.tanh(z / cap) if cap else z
-    return logits
+    if cap := getattr(cfg, "final_logit_softcapping", None):
+        return lambda h: cap * torch.tanh(head(h).float() * scale / cap)
+    return lambda h: head(h).float() * scale
 
 
 def completion_logprobs(model, prompts, completions, temperature=1.0, chunk_tokens=4096):
@@ -133,14 +127,12 @@ def completion_logprobs(model, prompts, completions, temperature=1.0, chunk_toke
     # instead of materialising (rows, heads, L, L) attention weights for backward.
     hidden = model.base_model(input_ids=ids.to(device)).last_hidden_state
     hidden = hidden[torch.tensor(rows, device=device), torch.tensor(cols, device=device)]  # (N, H)
-    targets = torch.tensor(targets, device=device)
-    head = output_head(model)
+    targets, head = torch.tensor(targets, device=device), output_head(model)
     # with grad on, each chunk runs under checkpoint: its (N, V) logits are recomputed in backward, not kept
     run = partial(checkpoint, _chunk_logprobs, use_reentrant=False) if torch.is_grad_enabled() else _chunk_logprobs
     logps, entropies = zip(*[run(head, hidden[s:s + chunk_tokens], targets[s:s + chunk_tokens], temperature)
                              for s in range(0, len(targets), chunk_tokens)])
-    sizes = [len(c) for c in completions]
-    return list(torch.cat(logps).split(sizes)), list(torch.cat(entropies).split(sizes))
+    return tuple(list(torch.cat(xs).split([len(c) for c in completions])) for xs in (logps, entropies))
 
 
 def check_logits(model, tokens=32):
@@ -150,8 +142,7 @@ def check_logits(model, tokens=32):
     ids = torch.arange(1, tokens + 1, device=next(model.parameters()).device) % model.config.get_text_config().vocab_size
     with torch.no_grad():
         ours = completion_logprobs(model, [ids[:1].tolist()], [ids[1:].tolist()])[0][0]
-        logp = torch.log_softmax(model(input_ids=ids[None]).logits[0, :-1].float(), -1)
-    theirs = logp.gather(-1, ids[1:, None])[:, 0]
+        theirs = model(input_ids=ids[None]).logits[0, :-1].float().log_softmax(-1).gather(-1, ids[1:, None])[:, 0]
     # mean, not max: bf16 rounding (one ulp of a logit near 20 is 0.125; Gemma-2's forward soft-caps in
     # bf16, ours in fp32) moves single log-probs by up to ~0.1 (mean 0.03 on a bf16 Gemma-2 with logits
     # near 30, measured on CPU); a missing scale or soft-cap moves those of a real model by nats
@@ -178,8 +169,7 @@ def token_loss(logprobs, old_logprobs, advantages, clip_low=0.2, clip_high=0.28,
     if dual_clip:
         cap = -advantages * dual_clip
         capped = (advantages < 0) & (loss > cap)
-        loss = torch.where(capped, cap, loss)
-        clipped = clipped | capped
+        loss, clipped = torch.where(capped, cap, loss), clipped | capped
     kl = torch.zeros_like(loss)
     if ref_logprobs is not None:
         d = (ref_logprobs - logprobs).clamp(-20, 20)

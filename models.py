@@ -51,21 +51,17 @@ How many does he have left? What is the total cost in dollars? per hour, every d
 """
 
 
-def _tiny_tokenizer():
+def build_tiny(path, seed=0):
+    """Write the tiny model and tokenizer to `path` with save_pretrained: a byte-level BPE tokenizer whose merges
+    are learned from _CORPUS, and a 2-layer Qwen3 with random weights. Deterministic for `seed`."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer, bpe.decoder = pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=SPECIALS, show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator([_CORPUS] * 4, trainer)
-    return transformers.PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-                                                chat_template=CHAT_TEMPLATE)
-
-
-def build_tiny(path, seed=0):
-    """Write the tiny model and tokenizer to `path` with save_pretrained. Deterministic for `seed`."""
-    tok = _tiny_tokenizer()
+    bpe.train_from_iterator([_CORPUS] * 4, trainer)
+    tok = transformers.PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                               chat_template=CHAT_TEMPLATE)
     config = transformers.Qwen3Config(
         vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=4096,
@@ -73,8 +69,7 @@ def build_tiny(path, seed=0):
         eos_token_id=[tok.convert_tokens_to_ids("<|im_end|>"), tok.pad_token_id])
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = transformers.Qwen3ForCausalLM(config)
-    model.save_pretrained(path)
+        transformers.Qwen3ForCausalLM(config).save_pretrained(path)
     tok.save_pretrained(path)
 
 

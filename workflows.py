@@ -226,12 +226,10 @@ def make_policy(model, tokenizer, adapters, max_new_tokens=512, temperature=0.7,
 
 def _stage(policy, role, episodes, jobs):
     """One lock-step stage: jobs [(episode index, instance, text)] -> [(episode index, Turn)] from ONE
-    policy call; turns are appended to their episodes. A too-long prompt gives no turn (every caller
-    skips it) and marks its episode's facts["prompt_too_long"]."""
-    if not jobs:
-        return []
+    policy call (none without jobs); turns are appended to their episodes. A too-long prompt gives no turn
+    (every caller skips it) and marks its episode's facts["prompt_too_long"]."""
     out = []
-    for (i, instance, _), t in zip(jobs, policy(role, [text for _, _, text in jobs])):
+    for (i, instance, _), t in zip(jobs, policy(role, [text for _, _, text in jobs]) if jobs else []):
         if t is None:
             episodes[i].facts["prompt_too_long"] = True
         else:
@@ -481,10 +479,8 @@ def grade_episodes(eps, problems, group_size, diagnose=True):
     """Grade every final answer, plus (diagnose) every intermediate answer, in ONE rewards.grade call;
     identical (episode, text) pairs are graded once (code grading runs subprocesses). Each turn's
     training reward is the episode's outcome plus reward_shaping's term."""
-    wanted = {(i, ep.final) for i, ep in enumerate(eps) if ep.final is not None}
-    if diagnose:
-        wanted |= {(i, t.text) for i, ep in enumerate(eps) for t in ep.turns if t.role in ANSWER_ROLES}
-    wanted = sorted(wanted)
+    wanted = sorted({(i, ep.final) for i, ep in enumerate(eps) if ep.final is not None} |
+                    {(i, t.text) for i, ep in enumerate(eps) for t in ep.turns if diagnose and t.role in ANSWER_ROLES})
     graded = dict(zip(wanted, rewards.grade([text for _, text in wanted],
                                             [problems[i // group_size] for i, _ in wanted]) if wanted else []))
     for i, ep in enumerate(eps):
