@@ -36,8 +36,9 @@ on its path) and a 2x memory limit. Guaranteed, each by an adversarial test:
   group at the time limit (the judge's too). It forks: the parent keeps the caller's identity and waits; the child
   drops to `nobody` when the caller is root, sets rlimits (CPU, memory, file size, NPROC 1, no core, 64 fds),
   installs an audit hook refusing kill, process creation, ctypes, sockets, sqlite, tracing, other audit hooks,
-  frame/gc introspection, writing outside its dir and reading outside it and the standard library (so not /proc,
-  site-packages, the data's gold answers or other runs' files), and more than 10,000 files written or dirs made. Its path checks resolve paths with C functions bound before the
+  frame/gc introspection, changing the environment, writing outside its dir and reading outside it and the
+  standard library (so not /proc, site-packages, the data's gold answers or other runs' files), and more than
+  10,000 files written or dirs made. Its path checks resolve paths with C functions bound before the
   program runs and accept exact str / bytes only. The hook's own state (its closure) must stay out of reach: a
   refused call's traceback holds the hook's frame (frames are refused: sys._getframe, tracebacks', generators',
   gc.set_debug removed), and a signal handler's frame argument led to the main thread's (the program runs in a
@@ -491,7 +492,9 @@ def _sandbox_main():
     deny = frozenset("os.kill os.killpg os.fork os.forkpty os.exec os.posix_spawn os.spawn os.system subprocess.Popen "
                      "resource.prlimit sys.settrace sys.setprofile sys._current_frames sys._current_exceptions "
                      "os.symlink sys.addaudithook gc.get_objects gc.get_referrers gc.get_referents code.__new__ "
-                     "marshal.loads marshal.load sqlite3.connect os.chmod".split())  # no chmod: all it makes is removable
+                     "marshal.loads marshal.load sqlite3.connect os.chmod os.putenv os.unsetenv".split())
+    # no chmod: all it makes is removable. No environment changes: OPENSSL_CONF made _hashlib's libcrypto dlopen a
+    # .so the program wrote, with no audit event (it read the gold solutions: sixteenth review)
     # memory access (ctypes, the test modules), interpreters without this hook (_xxsubinterpreters, _interpreters),
     # modules that read or write files in C with no audit event (readline's history files, shared memory (_posixshmem),
     # dbm, syslog, Tcl's own open / read / puts), processes with none (_posixsubprocess.fork_exec: only RLIMIT_NPROC
@@ -553,9 +556,10 @@ def _sandbox_main():
     # ways to keep notes across runs, none with an audit event: FIFOs or files outside (mkfifo, mknod), a process
     # outliving the run by leaving the process group killed at its end (it kept notes in file locks), pages of
     # standard-library files evicted and probed in the page cache; memfd_create (shared memory past RLIMIT_AS: 2x the
-    # memory limit). Gone from os and from posix, where they come from
+    # memory limit); renicing or pinning other runs to one CPU (they time out: sixteenth review). Gone from os and
+    # from posix, where they come from
     for name in ("mkfifo", "mknod", "setsid", "setpgid", "setpgrp", "login_tty", "posix_fadvise", "preadv", "pwritev",
-                 "memfd_create"):
+                 "memfd_create", "setpriority", "sched_setaffinity", "sched_setscheduler", "sched_setparam"):
         [delattr(m, name) for m in (os, sys.modules[os.name]) if hasattr(m, name)]
     del gc.set_debug, _imp.create_builtin
     go.release()

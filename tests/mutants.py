@@ -293,6 +293,13 @@ MUTANTS = [
     ("no-cap-on-dirs-made", "rewards.py", "_sandbox_main",
      'if event in ("os.mkdir", "os.link") and (made.append(1) or len(made) > 10_000):', "if False:",
      ids("test_rewards.py", "test_a_run_leaves_nothing_in_tmp")),
+    # the sixteenth review: the environment changeable (OPENSSL_CONF made libcrypto load the program's .so), other
+    # runs reniced or pinned to one CPU
+    ("environment-changeable", "rewards.py", "_sandbox_main", "os.chmod os.putenv os.unsetenv", "os.chmod",
+     ids("test_rewards.py", "test_adversary_changes_the_environment")),
+    ("renice-left-to-the-program", "rewards.py", "_sandbox_main",
+     '"setpriority", "sched_setaffinity", "sched_setscheduler", "sched_setparam"', '"setsid"',
+     ids("test_rewards.py", "test_no_oracle_in_assert_messages_and_no_escape_from_the_run")),
     ("judge-runs-assert-messages", "rewards.py", "_judge_main", "soft.body[0], node.msg = node, None", "soft.body[0] = node",
      ids("test_rewards.py", "test_no_oracle_in_assert_messages_and_no_escape_from_the_run")),
     ("io-cases-stop-at-a-failure", "rewards.py", "code_check", "for case in io_tests]", "for case in io_tests[:1]]",

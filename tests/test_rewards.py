@@ -653,6 +653,23 @@ for name in "_cffi_backend", "pytest":
 """, "assert ways")
 
 
+def test_adversary_changes_the_environment():
+    """The sixteenth review: with OPENSSL_CONF set through os.environ, _hashlib's libcrypto (a standard-library
+    module) dlopened a .so the program had written, with no audit event; its code read the gold solutions (1,130 of
+    1,138 passed) and outlived the run. The environment cannot be changed now (variables C libraries read at
+    first use: OPENSSL_CONF, GCONV_PATH, LOCPATH, TZ)."""
+    run_adversary("""
+import os, posix
+ways = []
+for change in (lambda: os.environ.__setitem__("OPENSSL_CONF", "x.cnf"), lambda: os.putenv("TZ", ":x"),
+               lambda: posix.putenv(b"GCONV_PATH", b"."), lambda: os.unsetenv("PATH"), lambda: os.environ.pop("PATH")):
+    try:
+        ways.append(change())
+    except Exception:
+        pass
+""", "assert ways")
+
+
 def test_harness_looks_up_no_global_name_once_the_program_ran():
     """A sixth review: worker's dict comprehension looked `type` and `str` up as globals of the harness's __main__,
     which the program can rebind, and that undid the fix for impostor keys (40 of 40 MBPP passed). A rule for the
@@ -1043,7 +1060,8 @@ def test_no_oracle_in_assert_messages_and_no_escape_from_the_run():
     r = R.run_python(prog, "assert f(1) == 1, 'got ' + str(f(1))\nassert f(2) == 2, f(2)", entry_point="f")
     assert r.status == "fail" and r.stdout.split() == ["call", "1", "call", "2"]  # no call from a message
     names = ("setsid", "setpgid", "setpgrp", "login_tty", "mkfifo", "mknod", "posix_fadvise", "preadv", "pwritev",
-             "memfd_create")  # the fourteenth review: memfd pages are shared memory, not counted by RLIMIT_AS
+             "memfd_create",  # the fourteenth review: memfd pages are shared memory, not counted by RLIMIT_AS
+             "setpriority", "sched_setaffinity", "sched_setscheduler", "sched_setparam")  # sixteenth: other runs
     gone = f"import os, posix\ndef f():\n    return [n for n in {names!r} for m in (os, posix) if hasattr(m, n)]\n"
     assert R.code_check(fence(gone), {"task": "code", "prompt": "", "test_code": "assert f() == []"}) == (1.0, "pass")
     # the thirteenth review: evicting (posix_fadvise DONTNEED) and probing (preadv RWF_NOWAIT) pages of a standard-
