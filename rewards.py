@@ -36,15 +36,15 @@ on its path) and a 2x memory limit. Guaranteed, each by an adversarial test:
   group at the time limit (the judge's too). It forks: the parent keeps the caller's identity and waits; the child
   drops to `nobody` when the caller is root, sets rlimits (CPU, memory, file size, NPROC 1, no core, 64 fds),
   installs an audit hook refusing kill, process creation, ctypes, sockets, sqlite, tracing, other audit hooks,
-  frame/gc introspection, changing the environment, writing outside its dir and reading outside it and the
-  standard library (so not /proc, site-packages, the data's gold answers or other runs' files), and more than
-  10,000 files written or dirs made. Its path checks resolve paths with C functions bound before the
-  program runs and accept exact str / bytes only. The hook's own state (its closure) must stay out of reach: a
-  refused call's traceback holds the hook's frame (frames are refused: sys._getframe, tracebacks', generators',
-  gc.set_debug removed), and a signal handler's frame argument led to the main thread's (the program runs in a
-  second thread, where Python refuses signal handlers; the main thread only waits and ignores SIGINT). The routes
-  to the process's memory are refused too: ctypes, _testcapi, /proc, os.open relative to a dir_fd, building or
-  unmarshalling code objects.
+  frame/gc introspection, changing the environment, nis (network), glibc's gettext, writing outside its dir and
+  reading outside it and the standard library (so not /proc, site-packages, the data's gold answers or other runs'
+  files), and more than 10,000 files written or dirs made. Its path checks resolve paths with C functions bound
+  before the program runs and accept exact str / bytes only. The hook's own state (its closure) must stay out of
+  reach: a refused call's traceback holds the hook's frame (frames are refused: sys._getframe, tracebacks',
+  generators', gc.set_debug removed), and a signal handler's frame argument led to the main thread's (the program
+  runs in a second thread, where Python refuses signal handlers; the main thread only waits and ignores SIGINT). The
+  routes to the process's memory are refused too: ctypes, _testcapi, /proc, os.open relative to a dir_fd, building
+  or unmarshalling code objects.
 - The caller compares stdin/stdout tests itself and kills the process groups; malformed problems never pass.
 
 NOT supported / NOT protected against (run large-scale untrusted code in a container or VM):
@@ -500,7 +500,7 @@ def _sandbox_main():
     # dbm, syslog, Tcl's own open / read / puts), processes with none (_posixsubprocess.fork_exec: only RLIMIT_NPROC
     # stopped it; subprocess and asyncio, which import it, cannot be imported)
     unsafe = lambda part: part in ("ctypes", "readline", "_multiprocessing", "_dbm", "_gdbm", "syslog", "_curses",
-        "_tkinter", "_ssl", "mmap") or part.startswith(("_ctypes", "_test", "_xx", "_interp", "_posix", "_cffi"))
+        "_tkinter", "_ssl", "mmap", "nis") or part.startswith(("_ctypes", "_test", "_xx", "_interp", "_posix", "_cffi"))
     path_events = {"os.remove": 1, "os.rmdir": 1, "os.mkdir": 1, "os.chown": 1, "os.utime": 1,
                    "os.rename": 2, "os.link": 2, "os.truncate": 0, "shutil.rmtree": 1, "os.setxattr": 0, "os.removexattr": 0}
     wflags, not_paths, made = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC, (int, tuple, type(None)), []
@@ -561,6 +561,11 @@ def _sandbox_main():
     for name in ("mkfifo", "mknod", "setsid", "setpgid", "setpgrp", "login_tty", "posix_fadvise", "preadv", "pwritev",
                  "memfd_create", "setpriority", "sched_setaffinity", "sched_setscheduler", "sched_setparam"):
         [delattr(m, name) for m in (os, sys.modules[os.name]) if hasattr(m, name)]
+    # glibc's gettext (in _locale, no audit event) read .mo files anywhere and loaded the gconv library they named;
+    # nis (refused above) sent network traffic (seventeenth review)
+    [delattr(loc, name) for loc in (__import__("_locale"),) for name in ("bindtextdomain", "bind_textdomain_codeset",
+                                                                          "textdomain", "gettext", "dgettext", "dcgettext")
+     if hasattr(loc, name)]
     del gc.set_debug, _imp.create_builtin
     go.release()
     wait.acquire()  # forever (nothing can interrupt it: no signal has a Python handler): the program's thread ends it

@@ -232,7 +232,7 @@ MUTANTS = [
      "            p = os.path.realpath(args[0])\n", SANDBOX_ESCAPES),
     ("marshal-load-allowed", "rewards.py", "_sandbox_main", '"marshal.loads marshal.load ', '"marshal.loads ',
      ids("test_rewards.py", "test_adversary_reads_its_memory_for_the_token")),
-    ("tcl-importable", "rewards.py", "_sandbox_main", '"_tkinter", "_ssl", "mmap")', '"_ssl", "mmap")', SANDBOX_ESCAPES),
+    ("tcl-importable", "rewards.py", "_sandbox_main", '"_tkinter", "_ssl", "mmap", "nis")', '"_ssl", "mmap", "nis")', SANDBOX_ESCAPES),
     ("gc-set-debug-kept", "rewards.py", "_sandbox_main", "del gc.set_debug, _imp.create_builtin", "pass", SANDBOX_ESCAPES),
     ("import-name-via-str", "rewards.py", "_sandbox_main",
      'type(args[0]) is not str or any(unsafe(part) for part in args[0].split("."))',
@@ -271,10 +271,9 @@ MUTANTS = [
      ids("test_rewards.py", "test_no_oracle_in_assert_messages_and_no_escape_from_the_run")),
     ("page-cache-left-to-the-program", "rewards.py", "_sandbox_main", '"posix_fadvise", "preadv", ', "",
      ids("test_rewards.py", "test_no_oracle_in_assert_messages_and_no_escape_from_the_run")),
-    ("mmap-importable", "rewards.py", "_sandbox_main", '"_ssl", "mmap")', '"_ssl")',
+    ("mmap-importable", "rewards.py", "_sandbox_main", '"_ssl", "mmap", "nis")', '"_ssl", "nis")',
      ids("test_rewards.py", "test_no_oracle_in_assert_messages_and_no_escape_from_the_run")),
-    ("memfd-left-to-the-program", "rewards.py", "_sandbox_main", '"pwritev",\n                 "memfd_create")',
-     '"pwritev")', ids("test_rewards.py", "test_no_oracle_in_assert_messages_and_no_escape_from_the_run")),
+    ("memfd-left-to-the-program", "rewards.py", "_sandbox_main", '"memfd_create", "setpriority"', '"setpriority"', ids("test_rewards.py", "test_no_oracle_in_assert_messages_and_no_escape_from_the_run")),
     # the fourteenth review: the program's own dir removable (a file in its place stayed in /tmp), a recursive cleanup
     # (a chain of 3,000 dirs stayed), a dir that stays unreported
     ("workdir-removable-by-the-program", "rewards.py", "_sandbox_main", "or r.startswith(work)",
@@ -300,6 +299,11 @@ MUTANTS = [
     ("renice-left-to-the-program", "rewards.py", "_sandbox_main",
      '"setpriority", "sched_setaffinity", "sched_setscheduler", "sched_setparam"', '"setsid"',
      ids("test_rewards.py", "test_no_oracle_in_assert_messages_and_no_escape_from_the_run")),
+    # the seventeenth review: glibc's gettext read .mo files anywhere; nis sent network traffic
+    ("gettext-left-to-the-program", "rewards.py", "_sandbox_main", 'for loc in (__import__("_locale"),)', "for loc in ()",
+     ids("test_rewards.py", "test_adversary_reads_files_through_gettext_and_uses_nis")),
+    ("nis-importable", "rewards.py", "_sandbox_main", '"mmap", "nis")', '"mmap")',
+     ids("test_rewards.py", "test_adversary_reads_files_through_gettext_and_uses_nis")),
     ("judge-runs-assert-messages", "rewards.py", "_judge_main", "soft.body[0], node.msg = node, None", "soft.body[0] = node",
      ids("test_rewards.py", "test_no_oracle_in_assert_messages_and_no_escape_from_the_run")),
     ("io-cases-stop-at-a-failure", "rewards.py", "code_check", "for case in io_tests]", "for case in io_tests[:1]]",

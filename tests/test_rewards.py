@@ -670,6 +670,20 @@ for change in (lambda: os.environ.__setitem__("OPENSSL_CONF", "x.cnf"), lambda: 
 """, "assert ways")
 
 
+def test_adversary_reads_files_through_gettext_and_uses_nis():
+    """The seventeenth review: glibc's gettext (_locale.bindtextdomain / dgettext, no audit event) read .mo files
+    outside the box (other runs' files, too) and loaded the gconv library a file named; nis sent network traffic."""
+    run_adversary("""
+import _locale, locale
+ways = [getattr(m, name) for m in (_locale, locale) for name in ("bindtextdomain", "dgettext", "dcgettext", "textdomain")
+        if hasattr(m, name)]
+try:
+    ways.append(__import__("nis"))
+except Exception:
+    pass
+""", "assert ways")
+
+
 def test_harness_looks_up_no_global_name_once_the_program_ran():
     """A sixth review: worker's dict comprehension looked `type` and `str` up as globals of the harness's __main__,
     which the program can rebind, and that undid the fix for impostor keys (40 of 40 MBPP passed). A rule for the
