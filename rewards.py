@@ -34,13 +34,13 @@ on its path) and a 2x memory limit. Guaranteed, each by an adversarial test:
   tests (the judge first waits for the program to run to its end).
 - The sandbox, per run: `python -S` in its own session, temp dir and scrubbed environment, killed with its process
   group at the time limit (the judge's too). It forks: the parent keeps the caller's identity and waits; the child
-  drops to `nobody` when the caller is root, sets rlimits (CPU, memory, file size, NPROC 1, no core, 64 fds),
-  installs an audit hook refusing kill, process creation, ctypes, sockets, sqlite, tracing, other audit hooks,
-  frame/gc introspection, changing the environment, nis (network), glibc's gettext, writing outside its dir and
-  reading outside it and the standard library (so not /proc, site-packages, the data's gold answers or other runs'
-  files), and more than 10,000 files written or dirs made. Its path checks resolve paths with C functions bound
-  before the program runs and accept exact str / bytes only. The hook's own state (its closure) must stay out of
-  reach: a refused call's traceback holds the hook's frame (frames are refused: sys._getframe, tracebacks',
+  drops to a uid of its own (2^30 + its pid) when the caller is root, sets rlimits (CPU, memory, file size, NPROC 1,
+  no core, 64 fds), installs an audit hook refusing kill, process creation, ctypes, sockets, sqlite, tracing, other
+  audit hooks, frame/gc introspection, changing the environment, nis (network), glibc's gettext, writing outside its
+  dir and reading outside it and the standard library (so not /proc, site-packages, the data's gold answers or other
+  runs' files), and more than 10,000 files written or dirs made. Its path checks resolve paths with C functions
+  bound before the program runs and accept exact str / bytes only. The hook's own state (its closure) must stay out
+  of reach: a refused call's traceback holds the hook's frame (frames are refused: sys._getframe, tracebacks',
   generators', gc.set_debug removed), and a signal handler's frame argument led to the main thread's (the program
   runs in a second thread, where Python refuses signal handlers; the main thread only waits and ignores SIGINT). The
   routes to the process's memory are refused too: ctypes, _testcapi, /proc, os.open relative to a dir_fd, building
@@ -64,16 +64,16 @@ NOT supported / NOT protected against (run large-scale untrusted code in a conta
 - Wrong-but-passing answers the tests cannot see: special-casing the (often visible) tests, a test that only checks
   that a call does not raise (a program that sends its reply early then hangs passes tests that call nothing).
 - As non-root the program runs as you, behind only the audit hook, which can be evaded (os.pidfd_open +
-  signal.pidfd_send_signal are not audited: it can kill the judge, which only fails it); as root, `nobody` can still
-  signal other `nobody` processes. A file opened by C code without an audit event is not checked (the known modules
-  that do are refused: readline, shared memory, dbm, syslog, Tcl); os.mkfifo, os.mknod and os.memfd_create (no
-  audit event) are deleted before the program runs; directories outside can be listed (names, not contents).
+  signal.pidfd_send_signal are not audited: it can kill the judge, which only fails it; and every run of a batch is
+  you, so it can kill the others). A file opened by C code without an audit event is not checked (the known modules
+  that do are refused: readline, shared memory, dbm, syslog, Tcl); os.mkfifo, os.mknod and os.memfd_create (no audit
+  event) are deleted before the program runs; directories outside can be listed (names, not contents).
 - Network is refused only by the audit hook (no namespace); disk use is bounded per file only (16 MiB), so a run
   can fill the disk for its few seconds; its dir is removed after it (a run that defeats that scores 0, 'error').
 Cost of the memory guards: a program importing anything outside the standard library fails (site-packages are not
 on its path, and native modules load only from the standard library's files), and so does one importing subprocess or
 asyncio (their _posixsubprocess starts processes with no audit event; RLIMIT_NPROC 1 alone stopped that: as root
-only because the program runs as nobody).
+only because the program runs as another user).
 Needs Linux >= 5.3 (pidfd) and sympy (a dependency of torch).
 Tests: python -m pytest -q tests/test_rewards.py; throughput: python bench/rewards.py.
 """
@@ -82,7 +82,6 @@ import contextlib
 import inspect
 import json
 import os
-import pwd
 import re
 import select
 import signal
@@ -446,7 +445,7 @@ def _sandbox_main():
         code = os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
         os._exit(code if code >= 0 else 128 - code)
     if os.geteuid() == 0:
-        # nobody may not be able to enter the directories above Python's (e.g. /root is 0700): reach the import
+        # its uid may not be able to enter the directories above Python's (e.g. /root is 0700): reach the import
         # path through directory fds opened now; /proc/self/fd/N skips the permission checks of the parents
         fds = {p: "/proc/self/fd/%d" % os.open(p, os.O_RDONLY | os.O_DIRECTORY) for p in sys.path if os.path.isdir(p)}
         via = lambda p: next((v + p[len(k):] for k, v in fds.items() if p == k or p.startswith(k + os.sep)), p)
@@ -454,7 +453,10 @@ def _sandbox_main():
         for m in list(sys.modules.values()):             # packages already imported (collections, encodings)
             if isinstance(getattr(m, "__path__", None), list):
                 m.__path__[:] = [via(p) for p in m.__path__]
-        os.setgroups([]); os.setgid(job["gid"]); os.setuid(job["uid"])
+        # a uid of its own (2^30 + its pid: unique while it runs), not nobody: as nobody every run could signal the
+        # others (pidfd, or SIGIO by F_SETOWN), and one program failed every correct one of its batch (eighteenth review)
+        uid = job["uid"] + os.getpid()
+        os.chown(".", uid, uid), os.setgroups([]), os.setgid(uid), os.setuid(uid)
     # No PR_SET_PDEATHSIG: it needs ctypes, and a _ctypes this process has loaded can be loaded again by file
     # path with no audit event, giving the program pointers into its own memory (and the hook's state). The caller
     # kills the process group instead (a program could leave it with os.setsid).
@@ -518,7 +520,7 @@ def _sandbox_main():
         if event == "open" and type(args[0]) is not int:
             writes = (type(args[1]) is str and any(c in args[1] for c in "wax+")) or (args[2] or 0) & wflags
             # inside the work dir, or reading a file (not a directory) of the standard library. The directory test stats
-            # the path as given (the resolved one may be out of nobody's reach); no such path: its OSError refuses
+            # the path as given (the resolved one may be out of its uid's reach); no such path: its OSError refuses
             # the open, which would fail too
             p = resolve(args[0], args[1] is not None)
             if not (inside(p) or not writes and (readable(p) or p == "/dev/urandom")
@@ -716,9 +718,6 @@ def _judge_main():  # runs as its own program (python -S -c; argv: request fd, r
 _HARNESS = "".join(map(inspect.getsource, (_wire, _program, _sandbox_main))) + "_sandbox_main()\n"
 _JUDGE = inspect.getsource(_wire) + inspect.getsource(_judge_main) + "_judge_main()\n"
 
-_NOBODY = next(((p.pw_uid, p.pw_gid) for p in pwd.getpwall() if p.pw_name == "nobody"), (65534, 65534))  # uid, gid
-
-
 def _remove(top: str) -> bool:
     """Delete top and everything in it, whatever a program left there (shutil.rmtree recursed and failed on a chain
     of 3,000 directories, leaving it: fourteenth review). No recursion and no long paths: each directory's entries
@@ -744,20 +743,18 @@ def run_python(code: str, tests: str = "", *, setup: str = "", entry_point: str 
     if timeout <= 0:
         return ExecResult("timeout", None, "", "batch time budget spent", 0.0)
     cap, testing = OUTPUT_MB << 20, stdin is None
-    job = dict(mode="test" if testing else "io", setup=setup, code=code, depth=100, uid=_NOBODY[0], gid=_NOBODY[1],
+    job = dict(mode="test" if testing else "io", setup=setup, code=code, depth=100, uid=1 << 30,
                cpu=int(timeout) + 1, mem=memory_mb << 20, fsize=cap)
     judge_job = dict(setup=setup, tests=tests, entry_point=entry_point, depth=100, cap=cap, mem=2 * memory_mb << 20,
                      check=bool(entry_point and _CHECK.search(tests)))
-    # the program's dir is box in the caller's dir top (0711): nobody can neither remove nor replace its own dir
+    # the program's dir is box in the caller's dir top (0711): it can neither remove nor replace its own dir
     top, procs, fds = tempfile.mkdtemp(prefix=WORKDIR_PREFIX), [], [*os.pipe(), *os.pipe()]  # requests, replies
     work, job_path, kept = os.path.join(top, "box"), os.path.join(top, "job.json"), True
     files = [tempfile.TemporaryFile() for _ in range(5)]  # stdin, stdout, stderr: files cannot fill up and block;
     try:                                                  # the judge's job, its output
         with open(os.open(job_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
             json.dump(job, f)
-        os.chmod(top, 0o711), os.mkdir(work, 0o700)
-        if os.geteuid() == 0:
-            os.chown(work, *_NOBODY)
+        os.chmod(top, 0o711), os.mkdir(work, 0o700)  # (the sandbox gives it to its uid)
         files[0].write((stdin or "").encode()), files[3].write(json.dumps(judge_job).encode())
         [f.seek(0) for f in files]
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": work, "TMPDIR": work, "LANG": "C.UTF-8",

@@ -1121,6 +1121,23 @@ def test_a_run_leaves_nothing_in_tmp(tmp_path, monkeypatch):
     R._remove(r.stderr.split("could not remove ")[-1].strip())
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="as non-root every run is the caller (documented)")
+def test_a_run_cannot_kill_the_others_of_its_batch():
+    """The eighteenth review: every run was nobody, so one program killed the others of its batch (pidfd, or SIGIO
+    through F_SETOWN on a pipe) and every correct completion scored 0. Each run has a uid of its own now."""
+    evil = ("import fcntl, os, signal, time\ndef add(a, b):\n    return 0\nfor _ in range(20):\n"
+            "    for pid in [int(p) for p in os.listdir('/proc') if p.isdigit() and int(p) != os.getpid()]:\n"
+            "        for kill in (lambda: signal.pidfd_send_signal(os.pidfd_open(pid), signal.SIGKILL),\n"
+            "                     lambda: (fcntl.fcntl(r, fcntl.F_SETOWN, pid), fcntl.fcntl(r, fcntl.F_SETFL,\n"
+            "                              os.O_ASYNC | os.O_NONBLOCK), os.write(w, b'x'))):\n"
+            "            r, w = os.pipe()\n            try:\n                kill()\n            except Exception:\n"
+            "                pass\n            os.close(r), os.close(w)\n    time.sleep(0.05)\n")
+    good = "import time\ndef add(a, b):\n    time.sleep(0.5)\n    return a + b\n"
+    problem = {"task": "code", "prompt": "", "test_code": "assert add(1, 2) == 3", "entry_point": "add"}
+    out = R.grade([fence(evil)] + [fence(good)] * 3, [problem] * 4, max_workers=4)
+    assert out == [(0.0, "fail")] + [(1.0, "pass")] * 3, out
+
+
 def test_every_io_case_runs(monkeypatch):
     calls = []
     def fake(code, tests="", *, stdin=None, **kw):
