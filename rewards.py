@@ -68,8 +68,8 @@ NOT supported / NOT protected against (run large-scale untrusted code in a conta
   you, so it can kill the others). A file opened by C code without an audit event is not checked (the known modules
   that do are refused: readline, shared memory, dbm, syslog, Tcl); os.mkfifo, os.mknod and os.memfd_create (no audit
   event) are deleted before the program runs; directories outside can be listed (names, not contents).
-- Network is refused only by the audit hook (no namespace); disk use is bounded per file only (16 MiB), so a run
-  can fill the disk for its few seconds; its dir is removed after it (a run that defeats that scores 0, 'error').
+- Network is refused only by the audit hook (no namespace); disk use is bounded per file (16 MiB) and by the
+  10,000-file cap only, so a run can fill the disk for its few seconds; its dir is removed after it (a run that defeats that scores 0, 'error').
 Cost of the memory guards: a program importing anything outside the standard library fails (site-packages are not
 on its path, and native modules load only from the standard library's files), and so does one importing subprocess or
 asyncio (their _posixsubprocess starts processes with no audit event; RLIMIT_NPROC 1 alone stopped that: as root
@@ -454,7 +454,8 @@ def _sandbox_main():
             if isinstance(getattr(m, "__path__", None), list):
                 m.__path__[:] = [via(p) for p in m.__path__]
         # a uid of its own (2^30 + its pid: unique while it runs), not nobody: as nobody every run could signal the
-        # others (pidfd, or SIGIO by F_SETOWN), and one program failed every correct one of its batch (eighteenth review)
+        # others (pidfd, or SIGIO by F_SETOWN), and one program failed every correct one of its batch (eighteenth
+        # review)
         uid = job["uid"] + os.getpid()
         os.chown(".", uid, uid), os.setgroups([]), os.setgid(uid), os.setuid(uid)
     # No PR_SET_PDEATHSIG: it needs ctypes, and a _ctypes this process has loaded can be loaded again by file
@@ -505,7 +506,8 @@ def _sandbox_main():
         "_tkinter", "_ssl", "mmap", "nis") or part.startswith(("_ctypes", "_test", "_xx", "_interp", "_posix", "_cffi"))
     path_events = {"os.remove": 1, "os.rmdir": 1, "os.mkdir": 1, "os.chown": 1, "os.utime": 1,
                    "os.rename": 2, "os.link": 2, "os.truncate": 0, "shutil.rmtree": 1, "os.setxattr": 0, "os.removexattr": 0}
-    wflags, not_paths, made = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC, (int, tuple, type(None)), []
+    wflags, not_paths = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC, (int, tuple, type(None))
+    made = []  # one item per file written or dir made
     def hook(event, args, any=any, str=str, int=int, len=len, type=type, PermissionError=PermissionError,
              ValueError=ValueError, AttributeError=AttributeError, S_ISDIR=_stat.S_ISDIR):
         if event in deny or event.startswith(("ctypes.", "socket.")) or event == "import" and (  # by a plain str name,
@@ -565,9 +567,9 @@ def _sandbox_main():
         [delattr(m, name) for m in (os, sys.modules[os.name]) if hasattr(m, name)]
     # glibc's gettext (in _locale, no audit event) read .mo files anywhere and loaded the gconv library they named;
     # nis (refused above) sent network traffic (seventeenth review)
-    [delattr(loc, name) for loc in (__import__("_locale"),) for name in ("bindtextdomain", "bind_textdomain_codeset",
-                                                                          "textdomain", "gettext", "dgettext", "dcgettext")
-     if hasattr(loc, name)]
+    loc = __import__("_locale")
+    [delattr(loc, name) for name in ("bindtextdomain", "bind_textdomain_codeset", "textdomain", "gettext", "dgettext",
+                                     "dcgettext") if hasattr(loc, name)]
     del gc.set_debug, _imp.create_builtin
     go.release()
     wait.acquire()  # forever (nothing can interrupt it: no signal has a Python handler): the program's thread ends it
@@ -688,8 +690,9 @@ def _judge_main():  # runs as its own program (python -S -c; argv: request fd, r
         # not StopIteration: raised into the tests' map or filter it would end them early, as if all had passed
         known = type(kind) is type and issubclass(kind, Exception) and kind not in (StopIteration, StopAsyncIteration)
         raise kind() if known else Exception()
-    # Pass: exit status 0 at the end, with no assert failed; an exception the tests let out exits 1. An assert that fails is recorded and the tests go on, so what the program is asked next never tells it whether
-    # its last answer passed (an oracle it could learn hidden tests from, keeping the answers across runs)
+    # Pass: exit status 0 at the end, with no assert failed; an exception the tests let out exits 1. An assert that
+    # fails is recorded and the tests go on, so what the program is asked next never tells it whether its last answer
+    # passed (an oracle it could learn hidden tests from, keeping the answers across runs)
     class Soft(ast.NodeTransformer):
         def visit_Assert(self, node):
             soft = ast.parse("try:\n    pass\nexcept Exception:\n    _sbx_failed.append(1)").body[0]

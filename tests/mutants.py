@@ -300,7 +300,7 @@ MUTANTS = [
      '"setpriority", "sched_setaffinity", "sched_setscheduler", "sched_setparam"', '"setsid"',
      ids("test_rewards.py", "test_no_oracle_in_assert_messages_and_no_escape_from_the_run")),
     # the seventeenth review: glibc's gettext read .mo files anywhere; nis sent network traffic
-    ("gettext-left-to-the-program", "rewards.py", "_sandbox_main", 'for loc in (__import__("_locale"),)', "for loc in ()",
+    ("gettext-left-to-the-program", "rewards.py", "_sandbox_main", 'loc = __import__("_locale")', 'loc = __import__("json")',
      ids("test_rewards.py", "test_adversary_reads_files_through_gettext_and_uses_nis")),
     ("nis-importable", "rewards.py", "_sandbox_main", '"mmap", "nis")', '"mmap")',
      ids("test_rewards.py", "test_adversary_reads_files_through_gettext_and_uses_nis")),
