@@ -69,7 +69,8 @@ NOT supported / NOT protected against (run large-scale untrusted code in a conta
   that do are refused: readline, shared memory, dbm, syslog, Tcl); os.mkfifo, os.mknod and os.memfd_create (no audit
   event) are deleted before the program runs; directories outside can be listed (names, not contents).
 - Network is refused only by the audit hook (no namespace); disk use is bounded per file (16 MiB) and by the
-  10,000-file cap only, so a run can fill the disk for its few seconds; its dir is removed after it (a run that defeats that scores 0, 'error').
+  10,000-file cap only, so a run can fill the disk for its few seconds; its dir is removed after it (a run that
+  defeats that scores 0, 'error').
 Cost of the memory guards: a program importing anything outside the standard library fails (site-packages are not
 on its path, and native modules load only from the standard library's files), and so does one importing subprocess or
 asyncio (their _posixsubprocess starts processes with no audit event; RLIMIT_NPROC 1 alone stopped that: as root
