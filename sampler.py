@@ -246,6 +246,14 @@ def draw_fused(logits, temperature, seed):
     return tokens, logprobs
 
 
+# device -> (side stream, memory pool) of every CUDA-graph capture of this process. A new pool per capture (and a
+# new stream per call) made the allocator reserve new address space each time under expandable segments (1.125x
+# the GPU's memory each, given back only when the cache is emptied): training died after ~35 Voting steps with
+# "CUDA driver error: out of memory" (docs/results.md). One pool is safe: a graph is never replayed after the next
+# capture (it is dropped first), and what it holds, a later capture may reuse.
+_CAPTURE = {}
+
+
 @torch.no_grad()
 def sample_fast(model, prompts, n=1, max_new_tokens=256, temperature=1.0, stop_ids=(), pad_id=0, generator=None,
                 min_new_tokens=0, cuda_graph=None, check_every=32, bucket=128, prefill_tokens=2**17, tail_slots=2**16):
@@ -298,7 +306,9 @@ def sample_fast(model, prompts, n=1, max_new_tokens=256, temperature=1.0, stop_i
         active = torch.arange(B, device=device)  # original row of each batch row
         step_fn = lambda: model(input_ids=tok_in[:cache.rows], position_ids=pos_in[:cache.rows], **kw, attention_mask={
             "full_attention": mask[:cache.rows, :, :, :cache.length]}).logits[:, -1]
-        graph, side, warmed = None, torch.cuda.Stream() if cuda_graph else None, False
+        if cuda_graph and device not in _CAPTURE:
+            _CAPTURE[device] = torch.cuda.Stream(device), torch.cuda.MemPool()
+        graph, (side, pool), warmed = None, _CAPTURE[device] if cuda_graph else (None, None), False
         fused = triton is not None and device.type == "cuda"
         if fused:  # one seed per step for draw_fused's noise, all drawn now (one host sync)
             seeds = torch.randint(2**31 - 1, (max_new_tokens,), generator=generator, device=device).tolist()
@@ -342,7 +352,7 @@ def sample_fast(model, prompts, n=1, max_new_tokens=256, temperature=1.0, stop_i
                     if warm := not warmed:  # an eager step first: lazy initialisation stays out of the capture
                         logits, warmed = step_fn(), True
                     graph = torch.cuda.CUDAGraph()
-                    graph.capture_begin()  # not torch.cuda.graph(): it syncs and empties the allocator's cache each time
+                    graph.capture_begin(pool.id)  # not torch.cuda.graph(): it syncs and empties the allocator's cache
                     graph_logits = step_fn()
                     graph.capture_end()
                     if not warm:  # step t's forward is the new graph's first replay

@@ -3,6 +3,8 @@ for log-probs; plus seeding, stop handling, lengths and padding."""
 import contextlib
 import os
 import shutil
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -207,6 +209,28 @@ def test_fast_path_with_cuda_graph_matches_simple_path_on_gpu():
         assert [c.tokens for c in fast] == [c.tokens for c in ref], (fused, tail_slots)
         for a, b in zip(fast, ref):
             torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-4, rtol=0)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_thousands_of_captures_in_one_process_under_expandable_segments():
+    """A new memory pool per capture (and a new stream per call) reserved new address space each time under
+    expandable segments: training died after ~35 Voting steps (docs/results.md). 3,000 captures in one process
+    now, each call giving the first call's greedy tokens."""
+    code = "\n".join([
+        "import torch, sampler", "from models import load_model",
+        "model, tok = load_model('tiny', device='cuda', dtype=torch.float32)",
+        "n, begin, first = [0], torch.cuda.CUDAGraph.capture_begin, None",
+        "torch.cuda.CUDAGraph.capture_begin = lambda self, *a: (n.__setitem__(0, n[0] + 1), begin(self, *a))[1]",
+        "while n[0] < 3000:",
+        "    out = [c.tokens for c in sampler.sample_fast(model, [[1, 2, 3]] * 4, n=2, max_new_tokens=64,",
+        "        temperature=0, pad_id=0, check_every=4, bucket=8, tail_slots=0)]",
+        "    assert out == (first := first or out)",
+        "print(n[0], 'captures;', torch.cuda.memory_reserved() >> 20, 'MiB reserved')"])
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                       env={**os.environ, "PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
+                       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert r.returncode == 0, r.stderr[-3000:]
+    print(r.stdout)
 
 
 def _fused_available():
