@@ -246,11 +246,12 @@ def draw_fused(logits, temperature, seed):
     return tokens, logprobs
 
 
-# device -> (side stream, memory pool) of every CUDA-graph capture of this process. A new pool per capture (and a
-# new stream per call) made the allocator reserve new address space each time under expandable segments (1.125x
-# the GPU's memory each, given back only when the cache is emptied): training died after ~35 Voting steps with
-# "CUDA driver error: out of memory" (docs/results.md). One pool is safe: a graph is never replayed after the next
-# capture (it is dropped first), and what it holds, a later capture may reuse.
+# device -> [side stream, last graph] of every CUDA-graph capture of this process: each capture goes into the first
+# one's memory pool, kept alive by holding the last graph (a bare MemPool trips an assert of the pinned-memory
+# allocator in torch 2.11). A new pool per capture (and a new stream per call) made the allocator reserve new address
+# space each time under expandable segments (1.125x the GPU's memory each, given back only when the cache is emptied):
+# training died after ~35 Voting steps with "CUDA driver error: out of memory" (docs/results.md). One pool is safe:
+# a graph is never replayed after the next capture (it is dropped first), and what it holds, a later capture may reuse.
 _CAPTURE = {}
 
 
@@ -306,9 +307,8 @@ def sample_fast(model, prompts, n=1, max_new_tokens=256, temperature=1.0, stop_i
         active = torch.arange(B, device=device)  # original row of each batch row
         step_fn = lambda: model(input_ids=tok_in[:cache.rows], position_ids=pos_in[:cache.rows], **kw, attention_mask={
             "full_attention": mask[:cache.rows, :, :, :cache.length]}).logits[:, -1]
-        if cuda_graph and device not in _CAPTURE:
-            _CAPTURE[device] = torch.cuda.Stream(device), torch.cuda.MemPool()
-        graph, (side, pool), warmed = None, _CAPTURE[device] if cuda_graph else (None, None), False
+        held = cuda_graph and (_CAPTURE.get(device) or _CAPTURE.setdefault(device, [torch.cuda.Stream(device), None]))
+        graph, warmed = None, False
         fused = triton is not None and device.type == "cuda"
         if fused:  # one seed per step for draw_fused's noise, all drawn now (one host sync)
             seeds = torch.randint(2**31 - 1, (max_new_tokens,), generator=generator, device=device).tolist()
@@ -347,18 +347,20 @@ def sample_fast(model, prompts, n=1, max_new_tokens=256, temperature=1.0, stop_i
             if not cuda_graph:
                 logits = step_fn()
             elif graph is None:  # capture on a side stream; the call's first capture warms up first (step t's forward)
-                side.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(side):
+                held[0].wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(held[0]):
                     if warm := not warmed:  # an eager step first: lazy initialisation stays out of the capture
                         logits, warmed = step_fn(), True
                     graph = torch.cuda.CUDAGraph()
-                    graph.capture_begin(pool.id)  # not torch.cuda.graph(): it syncs and empties the allocator's cache
+                    # not torch.cuda.graph(): it syncs and empties the allocator's cache
+                    graph.capture_begin(held[1].pool() if held[1] else None)
                     graph_logits = step_fn()
                     graph.capture_end()
+                    held[1] = graph
                     if not warm:  # step t's forward is the new graph's first replay
                         graph.replay()
                         logits = graph_logits
-                torch.cuda.current_stream().wait_stream(side)
+                torch.cuda.current_stream().wait_stream(held[0])
             else:
                 graph.replay()
                 logits = graph_logits
