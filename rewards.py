@@ -33,7 +33,9 @@ on its path) and a 2x memory limit. Guaranteed, each by an adversarial test:
   the entry point may be named like one), redefined setup helpers (the judge runs the setup), exiting 0 before the
   tests (the judge first waits for the program to run to its end).
 - The sandbox, per run: `python -S` in its own session, temp dir and scrubbed environment, killed with its process
-  group at the time limit (the judge's too). It forks: the parent keeps the caller's identity and waits; the child
+  group at the time limit (the judge's too). As root where mounts are allowed (unshare -m), the dir is a fresh tmpfs
+  in the run's own mount namespace: noexec (no file the program writes can be loaded as code, the way two reviews'
+  .so reached libcrypto), nosuid, nodev, 64 MiB in all, gone with the run. It forks: the parent keeps the caller's identity and waits; the child
   drops to a uid of its own (2^30 + its pid) when the caller is root, sets rlimits (CPU, memory, file size, NPROC 1,
   no core, 64 fds), installs an audit hook refusing kill, process creation, ctypes, sockets, sqlite, tracing, other
   audit hooks, frame/gc introspection, changing the environment, nis (network), glibc's gettext, writing outside its
@@ -68,8 +70,9 @@ NOT supported / NOT protected against (run large-scale untrusted code in a conta
   you, so it can kill the others). A file opened by C code without an audit event is not checked (the known modules
   that do are refused: readline, shared memory, dbm, syslog, Tcl); os.mkfifo, os.mknod and os.memfd_create (no audit
   event) are deleted before the program runs; directories outside can be listed (names, not contents).
-- Network is refused only by the audit hook (no namespace); disk use is bounded per file (16 MiB) and by the
-  10,000-file cap only, so a run can fill the disk for its few seconds; its dir is removed after it (a run that
+- Network is refused only by the audit hook (no network namespace); without the tmpfs (not root, or no mounts)
+  disk use is bounded per file (16 MiB) and by the 10,000-file cap only, so a run can fill the disk for its few
+  seconds, and a file it writes is not kept from being mapped as code; its dir is removed after it (a run that
   defeats that scores 0, 'error').
 Cost of the memory guards: a program importing anything outside the standard library fails (site-packages are not
 on its path, and native modules load only from the standard library's files), and so does one importing subprocess or
@@ -80,6 +83,7 @@ Tests: python -m pytest -q tests/test_rewards.py; throughput: python bench/rewar
 """
 import ast
 import contextlib
+import functools
 import inspect
 import json
 import os
@@ -741,6 +745,16 @@ def _remove(top: str) -> bool:
     return os.path.lexists(top)
 
 
+@functools.cache
+def _own_mount() -> tuple:
+    """As root where mounts are allowed, the sandbox's command prefix: its own mount namespace with a fresh tmpfs as
+    its dir (noexec: no file the program writes can be mapped as code, the way two reviews' .so reached libcrypto;
+    64 MiB in all; gone with the run). Elsewhere () (the dir is then a plain one)."""
+    probe = subprocess.run(["sh", "-c", "unshare -m mount -t tmpfs -o size=4k none /tmp"], capture_output=True)
+    return () if os.geteuid() or probe.returncode else ("unshare", "-m", "sh", "-c", "mount -t tmpfs -o noexec,nosuid,"
+        'nodev,size=%dm,mode=700 box "$PWD" && cd "$PWD" && exec "$@"' % (4 * OUTPUT_MB), "sh")
+
+
 def run_python(code: str, tests: str = "", *, setup: str = "", entry_point: str | None = None,
                stdin: str | None = None, timeout: float = TIMEOUT_S, memory_mb: int = MEMORY_MB) -> ExecResult:
     """Run setup + code in the sandbox and the tests in a judge process calling it (pass = every test ran and
@@ -767,9 +781,10 @@ def run_python(code: str, tests: str = "", *, setup: str = "", entry_point: str 
                "PYTHONHASHSEED": "0", "PYTHONIOENCODING": "utf-8", "PYTHONDONTWRITEBYTECODE": "1",
                "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
         start = lambda script, fds, **kw: procs.append(subprocess.Popen(  # each in its own session (process group)
-            [sys.executable, "-S", "-P", "-c", script, *kw.pop("argv", []), *map(str, fds)], env=env, pass_fds=fds,
-            start_new_session=True, **kw))
-        start(_HARNESS, fds[::3], argv=[job_path], stdin=files[0], stdout=files[1], stderr=files[2], cwd=work)
+            [*kw.pop("prefix", ()), sys.executable, "-S", "-P", "-c", script, *kw.pop("argv", []), *map(str, fds)],
+            env=env, pass_fds=fds, start_new_session=True, **kw))
+        start(_HARNESS, fds[::3], argv=[job_path], stdin=files[0], stdout=files[1], stderr=files[2], cwd=work,
+              prefix=_own_mount())
         if testing:  # the judge: not forked from the program's process, holding none of its fds but the pipes
             start(_JUDGE, fds[1:3], stdin=files[3], stdout=files[4], stderr=files[4])
         [os.close(fd) for fd in fds]

@@ -307,6 +307,10 @@ MUTANTS = [
     # the eighteenth review: every run nobody, so one killed the others of its batch
     ("runs-share-one-uid", "rewards.py", "_sandbox_main", 'uid = job["uid"] + os.getpid()', 'uid = job["uid"]',
      ids("test_rewards.py", "test_a_run_cannot_kill_the_others_of_its_batch")),
+    ("box-not-noexec", "rewards.py", "_own_mount", "-o noexec,nosuid,", "-o nosuid,",
+     ids("test_rewards.py", "test_the_programs_dir_is_its_own_noexec_tmpfs")),
+    ("box-size-uncapped", "rewards.py", "_own_mount", "size=%dm", "size=%dm0",
+     ids("test_rewards.py", "test_the_programs_dir_is_its_own_noexec_tmpfs")),
     ("judge-runs-assert-messages", "rewards.py", "_judge_main", "soft.body[0], node.msg = node, None", "soft.body[0] = node",
      ids("test_rewards.py", "test_no_oracle_in_assert_messages_and_no_escape_from_the_run")),
     ("io-cases-stop-at-a-failure", "rewards.py", "code_check", "for case in io_tests]", "for case in io_tests[:1]]",

@@ -1138,6 +1138,19 @@ def test_a_run_cannot_kill_the_others_of_its_batch():
     assert out == [(0.0, "fail")] + [(1.0, "pass")] * 3, out
 
 
+@pytest.mark.skipif(not R._own_mount(), reason="needs root and mounts (unshare -m)")
+def test_the_programs_dir_is_its_own_noexec_tmpfs():
+    """Two reviews ran native code the program wrote (a .so that libcrypto loaded through OPENSSL_CONF; with
+    os.putenv allowed again the sixteenth review's reproducer passes without the mount and fails with it): where it
+    can, the sandbox's dir is a fresh tmpfs in its own mount namespace, noexec (so such a file cannot be mapped as
+    code), 64 MiB in all, and it is the program's alone (not the caller's mount table)."""
+    r = R.run_python("import os\nprint(bool(os.statvfs('.').f_flag & os.ST_NOEXEC))\nn = 0\nfor i in range(6):\n"
+                     "    try:\n        open(str(i), 'wb').write(b'x' * (16 << 20))\n        n += 1\n"
+                     "    except OSError:\n        break\nprint(n)", stdin="", timeout=10)
+    assert r.stdout.split()[:2] == ["True", "3"] or r.stdout.split()[:2] == ["True", "4"], r
+    assert not any("grpo-sbx-" in line for line in open("/proc/self/mounts")), "the mount leaked to the caller"
+
+
 def test_every_io_case_runs(monkeypatch):
     calls = []
     def fake(code, tests="", *, stdin=None, **kw):
