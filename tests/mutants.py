@@ -232,7 +232,7 @@ MUTANTS = [
      "            p = os.path.realpath(args[0])\n", SANDBOX_ESCAPES),
     ("marshal-load-allowed", "rewards.py", "_sandbox_main", '"marshal.loads marshal.load ', '"marshal.loads ',
      ids("test_rewards.py", "test_adversary_reads_its_memory_for_the_token")),
-    ("tcl-importable", "rewards.py", "_sandbox_main", '"_tkinter", "_ssl", "mmap", "nis")', '"_ssl", "mmap", "nis")', SANDBOX_ESCAPES),
+    ("tcl-importable", "rewards.py", "_sandbox_main", '"_tkinter", "_ssl", "mmap", "nis", "spwd")', '"_ssl", "mmap", "nis", "spwd")', SANDBOX_ESCAPES),
     ("gc-set-debug-kept", "rewards.py", "_sandbox_main", "del gc.set_debug, _imp.create_builtin", "pass", SANDBOX_ESCAPES),
     ("import-name-via-str", "rewards.py", "_sandbox_main",
      'type(args[0]) is not str or any(unsafe(part) for part in args[0].split("."))',
@@ -271,7 +271,7 @@ MUTANTS = [
      ids("test_rewards.py", "test_no_oracle_in_assert_messages_and_no_escape_from_the_run")),
     ("page-cache-left-to-the-program", "rewards.py", "_sandbox_main", '"posix_fadvise", "preadv", ', "",
      ids("test_rewards.py", "test_no_oracle_in_assert_messages_and_no_escape_from_the_run")),
-    ("mmap-importable", "rewards.py", "_sandbox_main", '"_ssl", "mmap", "nis")', '"_ssl", "nis")',
+    ("mmap-importable", "rewards.py", "_sandbox_main", '"_ssl", "mmap", "nis", "spwd")', '"_ssl", "nis", "spwd")',
      ids("test_rewards.py", "test_no_oracle_in_assert_messages_and_no_escape_from_the_run")),
     ("memfd-left-to-the-program", "rewards.py", "_sandbox_main", '"memfd_create", "setpriority"', '"setpriority"', ids("test_rewards.py", "test_no_oracle_in_assert_messages_and_no_escape_from_the_run")),
     # the fourteenth review: the program's own dir removable (a file in its place stayed in /tmp), a recursive cleanup
@@ -302,7 +302,7 @@ MUTANTS = [
     # the seventeenth review: glibc's gettext read .mo files anywhere; nis sent network traffic
     ("gettext-left-to-the-program", "rewards.py", "_sandbox_main", 'loc = __import__("_locale")', 'loc = __import__("json")',
      ids("test_rewards.py", "test_adversary_reads_files_through_gettext_and_uses_nis")),
-    ("nis-importable", "rewards.py", "_sandbox_main", '"mmap", "nis")', '"mmap")',
+    ("nis-importable", "rewards.py", "_sandbox_main", '"mmap", "nis", "spwd")', '"mmap", "spwd")',
      ids("test_rewards.py", "test_adversary_reads_files_through_gettext_and_uses_nis")),
     # the eighteenth review: every run nobody, so one killed the others of its batch
     ("runs-share-one-uid", "rewards.py", "_sandbox_main", 'uid = job["uid"] + os.getpid()', 'uid = job["uid"]',
