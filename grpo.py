@@ -162,8 +162,7 @@ def token_loss(logprobs, old_logprobs, advantages, clip_low=0.2, clip_high=0.28,
     # clamped as verl does: exp(100) would be inf, and 0 * inf = NaN reaches the gradient even where
     # the clip has made the loss constant
     ratio = torch.exp((logprobs - old_logprobs).clamp(-20.0, 20.0))
-    unclipped = -advantages * ratio
-    clipped_obj = -advantages * ratio.clamp(1 - clip_low, 1 + clip_high)
+    unclipped, clipped_obj = -advantages * ratio, -advantages * ratio.clamp(1 - clip_low, 1 + clip_high)
     loss = torch.maximum(unclipped, clipped_obj)
     clipped = clipped_obj > unclipped
     if dual_clip:
