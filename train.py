@@ -152,8 +152,7 @@ def run(args):
 
 def train_step(model, tok, problems, args, optimizers, gen, step):
     """Rollouts -> rewards -> advantages -> old log-probs -> updates. Returns (metrics, episodes)."""
-    t0 = time.perf_counter()
-    policy = policy_for(model, tok, args, gen)
+    t0, policy = time.perf_counter(), policy_for(model, tok, args, gen)
     episodes = run_workflow(args.workflow, problems, args.group, policy, args.task, args.rounds, args.voters, grade=False)
     t_rollout = time.perf_counter()
     grade_episodes(episodes, problems, args.group)
