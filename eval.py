@@ -87,12 +87,12 @@ def evaluate(model, tok, problems, workflow, adapters, task, n=4, temperature=0.
 
     episodes = rollouts(n, temperature)
     right = np.array([ep.correct for ep in episodes]).reshape(P, n).sum(1)  # (P,)
+    # status: no_box, timeout, ...: counted, not hidden
     return {"problems": P, "n": n, "pass@1": float(np.mean(right / n)),
             "pass@1_se": float(np.std(right / n, ddof=1) / math.sqrt(P)) if P > 1 else 0.0,
             "pass@k": {str(k): float(np.mean([pass_at_k(n, int(c), k) for c in right])) for k in ks},
             "greedy": float(np.mean([ep.correct for ep in rollouts(1, 0.0)])) if greedy else None,
-            "status": dict(Counter(ep.status for ep in episodes)),  # no_box, timeout, ...: counted, not hidden
-            "diagnostics": diagnostics(workflow, episodes, task)}
+            "status": dict(Counter(ep.status for ep in episodes)), "diagnostics": diagnostics(workflow, episodes, task)}
 
 
 def diagnostics(workflow, episodes, task="math"):

@@ -29,10 +29,9 @@ def group_advantages(keys, rewards, eps=1e-6, scale=True):
     group with equal rewards get 0. A group of one row also gets 0 (it has no baseline: giving it
     the raw reward would silently turn GRPO into REINFORCE without a baseline); the number of such
     rows is returned so the caller can log it. scale=False gives mean-only (Dr. GRPO style)."""
-    groups = defaultdict(list)
+    groups, advantages = defaultdict(list), {}  # key -> row indices; row index -> advantage (every row in one group)
     for i, k in enumerate(keys):
         groups[k].append(i)
-    advantages = {}  # row index -> advantage; every row is in exactly one group
     for rows in groups.values():  # a group of one: a = 0 below, so no baseline-free reward slips through
         r = torch.tensor([float(rewards[i]) for i in rows], dtype=torch.float64)
         a = r - r.mean()  # exactly 0 when all rewards are equal
@@ -162,8 +161,7 @@ def token_loss(logprobs, old_logprobs, advantages, clip_low=0.2, clip_high=0.28,
     # clamped as verl does: exp(100) would be inf, and 0 * inf = NaN reaches the gradient even where
     # the clip has made the loss constant
     ratio = torch.exp((logprobs - old_logprobs).clamp(-20.0, 20.0))
-    unclipped = -advantages * ratio
-    clipped_obj = -advantages * ratio.clamp(1 - clip_low, 1 + clip_high)
+    unclipped, clipped_obj = -advantages * ratio, -advantages * ratio.clamp(1 - clip_low, 1 + clip_high)
     loss = torch.maximum(unclipped, clipped_obj)
     clipped = clipped_obj > unclipped
     if dual_clip:

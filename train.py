@@ -152,8 +152,7 @@ def run(args):
 
 def train_step(model, tok, problems, args, optimizers, gen, step):
     """Rollouts -> rewards -> advantages -> old log-probs -> updates. Returns (metrics, episodes)."""
-    t0 = time.perf_counter()
-    policy = policy_for(model, tok, args, gen)
+    t0, policy = time.perf_counter(), policy_for(model, tok, args, gen)
     episodes = run_workflow(args.workflow, problems, args.group, policy, args.task, args.rounds, args.voters, grade=False)
     t_rollout = time.perf_counter()
     grade_episodes(episodes, problems, args.group)
@@ -242,9 +241,7 @@ def old_and_ref_logprobs(model, rows, adv, groups, args):
                                           (ref_lp, None, [i for i in mb if role_value(args.kl_coefs, rows[i].role)])]:
                     if sel:
                         lora.set_adapter(model, name)
-                        lps, _ = grpo.completion_logprobs(model, [rows[i].prompt_ids for i in sel],
-                                                          [rows[i].completion_ids for i in sel], args.temperature)
-                        target.update(zip(sel, lps))
+                        target.update(zip(sel, row_logprobs(model, [rows[i] for i in sel], args.temperature)[0]))
     return [old_lp.get(i) for i in range(len(rows))], [ref_lp.get(i) for i in range(len(rows))]
 
 
@@ -311,8 +308,7 @@ def role_backward(model, rows, adv, old_lp, ref_lp, weights, kl_coef, args, s):
     s["losses"].append(0.0)
     finite = True
     for mb in grpo.micro_batches([len(r.completion_ids) + len(r.prompt_ids) for r in rows], args.token_budget):
-        lps, ents = grpo.completion_logprobs(model, [rows[i].prompt_ids for i in mb],
-                                             [rows[i].completion_ids for i in mb], args.temperature)
+        lps, ents = row_logprobs(model, [rows[i] for i in mb], args.temperature)
         lp = torch.cat(lps)
         # the old log-probs: a None entry (an adapter's first step, train_step) takes this forward's own
         old = lp.detach() if old_lp[mb[0]] is None else torch.cat([old_lp[i] for i in mb])
@@ -330,6 +326,11 @@ def role_backward(model, rows, adv, old_lp, ref_lp, weights, kl_coef, args, s):
             s[key] += x.sum().item()
         s["train_tokens"] += lp.numel()
     return finite
+
+
+def row_logprobs(model, rows, temperature):
+    """grpo.completion_logprobs of `rows` (Turns) at the sampling temperature -> (log-probs, entropies)."""
+    return grpo.completion_logprobs(model, [r.prompt_ids for r in rows], [r.completion_ids for r in rows], temperature)
 
 
 def role_stats():

@@ -205,8 +205,7 @@ def make_policy(model, tokenizer, adapters, max_new_tokens=512, temperature=0.7,
     stops = stop_ids(model, tokenizer)
 
     def policy(role, texts):
-        start = time.perf_counter()
-        name = adapters[role]
+        start, name = time.perf_counter(), adapters[role]
         if lora.adapter_names(model):   # a plain model (no LoRA wrappers) is the base model already
             lora.set_adapter(model, name)
         elif name is not None:
@@ -301,10 +300,9 @@ def _single(eps, probs, tasks, policy, **_):
 
 
 def _evalopt(eps, probs, tasks, policy, rounds=None, **_):
-    limit = [rounds or DEFAULT_ROUNDS[task] for task in tasks]
+    limit, active = [rounds or DEFAULT_ROUNDS[task] for task in tasks], list(range(len(eps)))
     for ep in eps:
         ep.facts.update(verdicts=[], stopped="prompt_too_long", rounds=0, retried=False)
-    active = list(range(len(eps)))
     for r in range(max(limit, default=0)):
         jobs = [(i, "generator", _prompt(tasks, probs, i, "retry" if r else "generator", history=_history(eps[i])))
                 for i in active]
@@ -419,13 +417,12 @@ def _orchworkers_stats(episodes, task):
     some = [ep.correct for ep, w in zip(episodes, workers) if any(w)]  # a right worker: did the synthesis keep it?
     none = [ep.correct for ep, w in zip(episodes, workers) if w and not any(w)]  # none: did it fix them?
     any_right = mean([any(w) for w in workers])
+    synthesized = [ep.correct for ep in episodes if any(t.role == "synthesizer" for t in ep.turns)]  # had a synthesis
     return ({"mean_strategies": mean([ep.facts.get("n_strategies", 0) for ep in episodes]),
              "any_worker_correct": any_right},
             {"workers": {"multi_worker_episodes": len(agree), "agree": sum(agree), "agreement": mean(agree),
                          "mean_workers": mean([len(w) for w in workers]), "any_right": any_right},
-             "synthesizer": {"accuracy": mean([ep.correct for ep in episodes
-                                               if any(t.role == "synthesizer" for t in ep.turns)]),
-                             "had_right_worker": len(some), "kept_right": sum(some),
+             "synthesizer": {"accuracy": mean(synthesized), "had_right_worker": len(some), "kept_right": sum(some),
                              "no_right_worker": len(none), "fixed": sum(none)}})
 
 
