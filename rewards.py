@@ -95,7 +95,6 @@ import json
 import os
 import re
 import select
-import shlex
 import signal
 import subprocess
 import sys
@@ -448,8 +447,9 @@ class ExecResult:
 # would lead back to these frames); frames are otherwise refused by the audit hook.
 def _sandbox_main():
     import _imp, _signal, _stat, _thread, gc, json, os, resource, sys  # no ctypes
-    job_path, req_fd, resp_fd = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    job = json.load(open(job_path))
+    job_fd, req_fd, resp_fd = map(int, sys.argv[1:4])
+    with open(job_fd) as f:
+        job = json.load(f)
     sys.path[:] = [p for p in sys.path if p]  # the standard library only: not the cwd (the program could plant math.py
     # there), not site-packages (native modules such as _cffi_backend read memory and files)
     if child := os.fork():   # the intermediate: keeps the caller's identity and waits; the caller keeps the clock
@@ -754,28 +754,24 @@ def _remove(top: str) -> bool:
     return os.path.lexists(top)
 
 
-# The run's root, in its own mount and network namespaces: a tmpfs mounted on the box holding only the system's dirs,
-# Python's, /proc (the harness reaches its import path through /proc/self/fd), /dev/null, /dev/urandom and the job
-# file, each bound at its own path, and at the box's path a fresh noexec tmpfs, the program's dir
-_ROOT = """B=$PWD && mount -t tmpfs -o mode=755,size=1m root "$B" || exit 1
-for d in %s "${B%%/box}/job.json"; do
-    [ ! -e "$d" ] || { mkdir -p "$B${d%%/*}" && { [ -d "$d" ] && mkdir -p "$B$d" || touch "$B$d"; } && mount --rbind "$d" "$B$d"; } || exit 1
-done
-mkdir -p "$B$B" && mount -t tmpfs -o noexec,nosuid,nodev,size=%dm,mode=700 box "$B$B" && exec unshare -R "$B" -w "$B" "$@"
-"""
+# The run's own root and network, where it has one (_own_root): mounted in a new mount and network namespace from an
+# fstab (run_python writes it) by one `mount -a`, then /dev/null and /dev/urandom made, then the harness started with
+# that root (unshare -R) in its dir
+_ROOT = ("unshare", "-m", "-n", "sh", "-c", 'mount -a -T "${PWD%/box}/fstab" && mknod -m 666 "$PWD/dev/null" c 1 3 && '
+         'mknod -m 444 "$PWD/dev/urandom" c 1 9 && exec unshare -R "$PWD" -w "$PWD" "$@"', "sh")
 
 
 @functools.cache
-def _own_mount() -> tuple:
-    """As root where namespaces and mounts are allowed, the sandbox's command prefix: the run sees the system's and
-    Python's dirs and its own dir only (so not the data's gold answers, other runs' dirs or /tmp, even past the audit
-    hook: a CPython use-after-free undid it, nineteenth review), no network, and its dir is a fresh tmpfs, noexec
-    (no file it writes can be loaded as code, the way two reviews' .so reached libcrypto), 64 MiB in all, gone with
-    the run. Elsewhere () (the dir is then a plain one, and the audit hook the only wall)."""
+def _own_root() -> list[str]:
+    """As root where namespaces and mounts are allowed (else []), the dirs a run sees besides its own: the system's
+    and Python's, and /proc (the harness reaches its import path through /proc/self/fd), each bound at its own path
+    in a tmpfs that is the run's root. So not the data's gold answers, other runs' dirs or /tmp, even past the audit
+    hook (a CPython use-after-free undid it: nineteenth review); no network; its dir a fresh tmpfs, noexec (no file it
+    writes can be loaded as code, the way two reviews' .so reached libcrypto), 64 MiB in all, gone with the run.
+    Elsewhere the dir is a plain one, and the audit hook the only wall."""
     probe = subprocess.run(["sh", "-c", "unshare -m -n mount -t tmpfs -o size=4k none /tmp"], capture_output=True)
-    keep = " ".join(map(shlex.quote, dict.fromkeys(["/usr", "/bin", "/lib", "/lib64", "/etc", "/proc", "/dev/null",
-                                                     "/dev/urandom", sys.prefix, sys.base_prefix])))
-    return () if os.geteuid() or probe.returncode else ("unshare", "-m", "-n", "sh", "-c", _ROOT % (keep, 4 * OUTPUT_MB), "sh")
+    keep = ["/usr", "/bin", "/lib", "/lib64", "/etc", "/proc", *dict.fromkeys([sys.prefix, sys.base_prefix])]
+    return [] if os.geteuid() or probe.returncode else [d for d in keep if os.path.exists(d)]
 
 
 def run_python(code: str, tests: str = "", *, setup: str = "", entry_point: str | None = None,
@@ -792,22 +788,26 @@ def run_python(code: str, tests: str = "", *, setup: str = "", entry_point: str 
                      check=bool(entry_point and _CHECK.search(tests)))
     # the program's dir is box in the caller's dir top (0711): it can neither remove nor replace its own dir
     top, procs, fds = tempfile.mkdtemp(prefix=WORKDIR_PREFIX), [], [*os.pipe(), *os.pipe()]  # requests, replies
-    work, job_path, kept = os.path.join(top, "box"), os.path.join(top, "job.json"), True
-    files = [tempfile.TemporaryFile() for _ in range(5)]  # stdin, stdout, stderr: files cannot fill up and block;
-    try:                                                  # the judge's job, its output
-        with open(os.open(job_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
-            json.dump(job, f)
+    work, kept, root = os.path.join(top, "box"), True, _own_root()
+    files = [tempfile.TemporaryFile() for _ in range(6)]  # stdin, stdout, stderr: files cannot fill up and block;
+    try:                                                  # the judge's job, its output; the sandbox's job
         os.chmod(top, 0o711), os.mkdir(work, 0o700)  # (the sandbox gives it to its uid)
-        files[0].write((stdin or "").encode()), files[3].write(json.dumps(judge_job).encode())
-        [f.seek(0) for f in files]
+        for f, text in zip(files[0::3] + files[5:], (stdin or "", json.dumps(judge_job), json.dumps(job))):
+            f.write(text.encode()), f.seek(0)
+        if root:  # its own root (_own_root): the fstab of _ROOT's `mount -a` (a space in a path as \040)
+            e, size = lambda p: p.replace(" ", "\\040"), 4 * OUTPUT_MB
+            lines = [f"root {e(work)} tmpfs mode=755,size=1m", *(f"{e(d)} {e(work + d)} none rbind" for d in root),
+                     f"dev {e(work)}/dev tmpfs mode=755,size=4k", f"box {e(work + work)} tmpfs noexec,nosuid,nodev,size={size}m,mode=700"]
+            with open(os.path.join(top, "fstab"), "w") as f:
+                f.write("".join(line + ",X-mount.mkdir 0 0\n" for line in lines))
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": work, "TMPDIR": work, "LANG": "C.UTF-8",
                "PYTHONHASHSEED": "0", "PYTHONIOENCODING": "utf-8", "PYTHONDONTWRITEBYTECODE": "1",
                "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
         start = lambda script, fds, **kw: procs.append(subprocess.Popen(  # each in its own session (process group)
-            [*kw.pop("prefix", ()), sys.executable, "-S", "-P", "-c", script, *kw.pop("argv", []), *map(str, fds)],
-            env=env, pass_fds=fds, start_new_session=True, **kw))
-        start(_HARNESS, fds[::3], argv=[job_path], stdin=files[0], stdout=files[1], stderr=files[2], cwd=work,
-              prefix=_own_mount())
+            [*kw.pop("prefix", ()), sys.executable, "-S", "-P", "-c", script, *map(str, fds)], env=env, pass_fds=fds,
+            start_new_session=True, **kw))
+        start(_HARNESS, [files[5].fileno(), *fds[::3]], stdin=files[0], stdout=files[1], stderr=files[2], cwd=work,
+              prefix=_ROOT if root else ())
         if testing:  # the judge: not forked from the program's process, holding none of its fds but the pipes
             start(_JUDGE, fds[1:3], stdin=files[3], stdout=files[4], stderr=files[4])
         [os.close(fd) for fd in fds]

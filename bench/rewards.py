@@ -4,6 +4,8 @@ one program at a time (rewards.code_check in a loop) versus parallel (rewards.gr
 Every program is a full sandbox run (fresh interpreter, fork, rlimits, audit hook), so this is the cost the
 trainer pays per code episode. Left out: math grading (microseconds per answer unless sympy is needed).
 Run: python bench/rewards.py [--data PATH | --data builtin] [--limit N] [--workers W]
+With its own root (rewards._own_root: root, unshare -m -n), the parallel run is repeated without it, side by side,
+so the mounts' cost shows as a ratio.
 """
 import argparse
 import os
@@ -41,6 +43,14 @@ def main() -> None:
     print(f"one at a time: {n / t_seq:6.1f} programs/s  ({t_seq:.1f} s, {sum(seq):.0f}/{n} passed)")
     print(f"parallel     : {n / t_par:6.1f} programs/s  ({t_par:.1f} s, {sum(r for r, _ in par):.0f}/{n} passed)")
     print(f"speed-up     : {t_seq / t_par:.2f}x")
+    if root := rewards._own_root():  # the same parallel run with the plain dir (no root of its own), then with it again
+        times = {}
+        for name, dirs in (("plain dir", []), ("own root", root), ("plain dir", []), ("own root", root)):
+            rewards._own_root, t0 = (lambda d=dirs: d), time.perf_counter()
+            passed = sum(r for r, _ in rewards.grade(comps, probs, max_workers=workers))
+            times.setdefault(name, []).append(time.perf_counter() - t0)
+            print(f"parallel, {name}: {n / times[name][-1]:6.1f} programs/s ({passed:.0f}/{n} passed)")
+        print(f"own root / plain dir, best of 2: {min(times['own root']) / min(times['plain dir']):.2f}x the time")
 
 
 if __name__ == "__main__":

@@ -1153,7 +1153,7 @@ def secret():
     shutil.rmtree(d)
 
 
-@pytest.mark.skipif(not R._own_mount(), reason="needs root, namespaces and mounts (unshare -m -n)")
+@pytest.mark.skipif(not R._own_root(), reason="needs root, namespaces and mounts (unshare -m -n)")
 def test_a_run_sees_only_the_system_python_and_its_own_dir(secret):
     """Where it can, the sandbox does not rest on the audit hook alone (a CPython bug undid it: nineteenth review):
     the run's root holds the system's and Python's dirs, /proc and its own dir, a fresh tmpfs, noexec (two reviews ran
@@ -1171,6 +1171,13 @@ def test_a_run_sees_only_the_system_python_and_its_own_dir(secret):
     assert (noexec, files, seen) == ("True", "4", "unseen") and set(root) <= allowed and nets == ["lo"], r
     assert all(n.startswith("grpo-sbx-") or "/tmp/" + n in (sys.prefix, sys.base_prefix) for n in tmp), r
     assert not any("grpo-sbx-" in line for line in open("/proc/self/mounts")), "the mount leaked to the caller"
+
+
+def test_the_run_has_its_own_root_where_the_machine_allows_it():
+    """The tests of the run's root skip where it cannot be had; where it can (root, `unshare -m -n` works: CI and
+    this project's machines), it must be in use, or a sandbox that lost it would pass with those tests skipped."""
+    can = os.geteuid() == 0 and subprocess.run(["sh", "-c", "unshare -m -n true"], capture_output=True).returncode == 0
+    assert bool(R._own_root()) == can
 
 
 # The nineteenth review's use-after-free (io.BufferedReader's buffer kept by a RawIOBase.readinto past its free,
@@ -1218,7 +1225,7 @@ except OSError as e:
 """
 
 
-@pytest.mark.skipif(not R._own_mount(), reason="needs root, namespaces and mounts (unshare -m -n)")
+@pytest.mark.skipif(not R._own_root(), reason="needs root, namespaces and mounts (unshare -m -n)")
 def test_adversary_undoes_the_audit_hook_through_a_use_after_free(secret):
     """Nineteenth review, critical: this chain read the data's gold solutions (1,066 of 1,138 HumanEval + MBPP passed
     by one program computing nothing). Now the hook falls, but the secret is not in the run's root."""
