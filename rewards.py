@@ -756,9 +756,10 @@ def _remove(top: str) -> bool:
 
 # The run's own root and network, where it has one (_own_root): mounted in a new mount and network namespace from an
 # fstab (run_python writes it) by one `mount -a`, then /dev/null and /dev/urandom made, then the harness started with
-# that root (unshare -R) in its dir
+# that root (unshare -R) in its dir, with no_new_privs (a set-uid program under /usr gives no one root: a program that
+# undid the audit hook could exec one)
 _ROOT = ("unshare", "-m", "-n", "sh", "-c", 'mount -a -T "${PWD%/box}/fstab" && mknod -m 666 "$PWD/dev/null" c 1 3 && '
-         'mknod -m 444 "$PWD/dev/urandom" c 1 9 && exec unshare -R "$PWD" -w "$PWD" "$@"', "sh")
+         'mknod -m 444 "$PWD/dev/urandom" c 1 9 && exec setpriv --no-new-privs unshare -R "$PWD" -w "$PWD" "$@"', "sh")
 
 
 @functools.cache
@@ -797,7 +798,8 @@ def run_python(code: str, tests: str = "", *, setup: str = "", entry_point: str 
         if root:  # its own root (_own_root): the fstab of _ROOT's `mount -a` (a space in a path as \040)
             e, size = lambda p: p.replace(" ", "\\040"), 4 * OUTPUT_MB
             lines = [f"root {e(work)} tmpfs mode=755,size=1m", *(f"{e(d)} {e(work + d)} none rbind" for d in root),
-                     f"dev {e(work)}/dev tmpfs mode=755,size=4k", f"box {e(work + work)} tmpfs noexec,nosuid,nodev,size={size}m,mode=700"]
+                     f"dev {e(work)}/dev tmpfs mode=755,size=4k",
+                     f"box {e(work + work)} tmpfs noexec,nosuid,nodev,size={size}m,mode=700"]
             with open(os.path.join(top, "fstab"), "w") as f:
                 f.write("".join(line + ",X-mount.mkdir 0 0\n" for line in lines))
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": work, "TMPDIR": work, "LANG": "C.UTF-8",

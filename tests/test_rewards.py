@@ -1222,6 +1222,7 @@ try:
     print(open(SECRET).read())
 except OSError as e:
     print(type(e).__name__)
+print([line.split()[1] for line in open("/proc/self/status") if line.startswith("NoNewPrivs")][0])
 """
 
 
@@ -1233,7 +1234,8 @@ def test_adversary_undoes_the_audit_hook_through_a_use_after_free(secret):
     r = R.run_python(code, stdin="", timeout=10)
     if "hook off" not in r.stdout:
         pytest.skip("the use-after-free does not work on this Python: %r" % r)
-    assert r.stdout.split() == ["hook", "off", "FileNotFoundError"], r
+    # and no set-uid program under /usr gives it root: no_new_privs (1)
+    assert r.stdout.split() == ["hook", "off", "FileNotFoundError", "1"], r
     assert R.code_check(fence(code + "def f():\n    return open(SECRET).read()"),
                         {"task": "code", "prompt": "", "test_code": "assert f() == '42'", "timeout": 10}) == (0.0, "fail")
 
