@@ -318,6 +318,8 @@ MUTANTS = [
     ("root-shows-tmp", "rewards.py", "_own_root", '"/etc", "/proc",', '"/etc", "/proc", "/tmp",',
      ids("test_rewards.py", "test_a_run_sees_only_the_system_python_and_its_own_dir",
          "test_adversary_undoes_the_audit_hook_through_a_use_after_free")),
+    ("root-keeps-set-uid", "rewards.py", "_ROOT", "exec setpriv --no-new-privs unshare", "exec unshare",
+     ids("test_rewards.py", "test_adversary_undoes_the_audit_hook_through_a_use_after_free")),
     ("judge-runs-assert-messages", "rewards.py", "_judge_main", "soft.body[0], node.msg = node, None", "soft.body[0] = node",
      ids("test_rewards.py", "test_no_oracle_in_assert_messages_and_no_escape_from_the_run")),
     ("io-cases-stop-at-a-failure", "rewards.py", "code_check", "for case in io_tests]", "for case in io_tests[:1]]",
