@@ -36,7 +36,8 @@ on its path) and a 2x memory limit. Guaranteed, each by an adversarial test:
   group at the time limit (the judge's too). As root where namespaces and mounts are allowed (unshare -m -n), the
   run has its own root and network: it sees the system's dirs (/usr, /etc, /bin, /lib), Python's, /proc, /dev/null,
   /dev/urandom and its own dir only, a fresh tmpfs, noexec (no file the program writes can be loaded as code, the way
-  two reviews' .so reached libcrypto), nosuid, nodev, 64 MiB in all, gone with the run. So what the audit hook guards
+  two reviews' .so reached libcrypto), nosuid, nodev, 64 MiB in all, gone with the run; no_new_privs (setpriv: a
+  set-uid program gives it nothing). So what the audit hook guards
   does not rest on it alone: a CPython use-after-free (pure Python, io.BufferedReader) gave a program memory access
   and it undid the hook, reading the data's gold solutions (nineteenth review); in its own root it finds none. Keep
   gold data out of those dirs. It forks: the parent keeps the caller's identity and waits; the child
