@@ -144,10 +144,9 @@ def last_boxed(text: str) -> str | None:
         return None
     j = i + (6 if text.startswith("\\boxed", i) else 5)
     if text[j:j + 1] == "{":
-        try:
+        with contextlib.suppress(ValueError):  # unclosed: None
             return _arg(text, j)[0]
-        except ValueError:  # unclosed
-            return None
+        return None
     m = re.match(r"\s+([^\s$]+)", text[j:])  # `\boxed 5`: one token
     return m.group(1) if m else None
 
@@ -272,10 +271,9 @@ def _number(t: str) -> Fraction | None:
     if not re.fullmatch(r"[-+]?(\d+\.?\d*|\.\d+)(/(\d+\.?\d*|\.\d+))?", u):
         return None
     num, _, den = u.partition("/")
-    try:
+    with contextlib.suppress(ValueError, ZeroDivisionError):  # e.g. a zero denominator: not a number
         return Fraction(num) / Fraction(den or 1)
-    except (ValueError, ZeroDivisionError):
-        return None
+    return None
 
 
 def _sympy_worker():  # runs as its own program (python -c): this function's source, then a call
