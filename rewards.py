@@ -283,7 +283,6 @@ def _sympy_worker():  # runs as its own program (python -c): this function's sou
     T = standard_transformations + (implicit_multiplication_application,)
     L = {c: sympy.Symbol(c) for c in string.ascii_letters}  # plain symbols: no E, I, N, S, O, Q surprises
     print("ready", flush=True)
-    INF = (sympy.oo, -sympy.oo)
     def close(a, b):  # finite values within a relative 1e-9 at 50 digits (mpmath: no float overflow or underflow)
         d = a - b
         if d == 0 or d.is_Rational:  # exact: 2^1024 + 1 is not 2^1024
@@ -293,7 +292,7 @@ def _sympy_worker():  # runs as its own program (python -c): this function's sou
             bool(abs(vd) <= sympy.Float("1e-9", 50) * max(abs(va), abs(vb)))
     def same(x, y):  # as values: an infinity equals only the same infinity, NaN and complex infinity equal nothing;
         # with symbols, equal at four exact points (no simplify: its time is unbounded)
-        if any(v.has(sympy.nan, sympy.zoo, *INF) for v in (x, y)):
+        if any(v.has(sympy.nan, sympy.zoo, sympy.oo, -sympy.oo) for v in (x, y)):
             return x == y and not x.has(sympy.nan, sympy.zoo)
         syms = sorted(x.free_symbols | y.free_symbols, key=str)
         points = [{v: sympy.Rational((-137 + 211 * t + 53 * k) * (k * t + 1), 100) for k, v in enumerate(syms)}
