@@ -356,8 +356,7 @@ def _equal(p: str, g: str) -> bool:
         if cp[0] in ("", "{}"):  # bare lists ("find all x") and sets: order does not matter
             rest = list(cg[1])
             for a in cp[1]:
-                j = next((j for j, b in enumerate(rest) if _equal(a, b)), None)
-                if j is None:
+                if (j := next((j for j, b in enumerate(rest) if _equal(a, b)), None)) is None:
                     return False
                 rest.pop(j)
             return True
