@@ -380,10 +380,10 @@ def _drop_words(s: str, other: str) -> str:
 
 def math_check(completion: str, answer: str) -> tuple[float, str]:
     """(reward, status) of a math completion against a gold answer."""
-    pred, gold = last_boxed(completion), gold_answer(answer)
-    if pred is None or not pred.strip():
+    # runs of whitespace collapsed (linear; they do not count); no box, or an empty one: no answer
+    pred, gold = " ".join((last_boxed(completion) or "").split()), " ".join(gold_answer(answer).split())
+    if not pred:
         return 0.0, "no_answer"
-    pred, gold = " ".join(pred.split()), " ".join(gold.split())  # linear; runs of spaces do not count
     if len(pred) > MAX_ANSWER_CHARS or len(gold) > MAX_ANSWER_CHARS:
         return 0.0, "error"  # too long to be an answer: never normalised, so no input can be slow
     (p, p_pct), (g, g_pct) = _normalize(pred), _normalize(gold)
