@@ -145,8 +145,8 @@ def load_problems(path: str, task: str | None = None, limit: int | None = None) 
     for where, row in rows[:limit]:
         try:
             row = json.loads(row) if isinstance(row, str) else row  # a JSONL line; a .json list's rows are parsed
-            if isinstance(row, dict):  # SVAMP and ASDiv capitalise their keys (Body, Question, Answer, ID)
-                row = {k.lower() if isinstance(k, str) else k: v for k, v in row.items()}
+            # SVAMP and ASDiv capitalise their keys (Body, Question, Answer, ID); JSON keys are always strings
+            row = {k.lower(): v for k, v in row.items()} if isinstance(row, dict) else row
             fmt, prob = _parse_row(row)
             if prob["task"] == "math" and not prob["answer"]:
                 raise ValueError("empty gold answer")
