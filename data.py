@@ -282,8 +282,7 @@ def _code_problem(r: random.Random) -> tuple[str, dict]:
     name, arg, what, body, params, inputs = r.choice(_CODE)
     ps = params(r)
     src = f"def {name}({arg}):\n    {body.format(**ps)}\n"
-    ns: dict = {}
-    exec(src, ns)  # our own reference code: computes the expected outputs
+    exec(src, ns := {})  # our own reference code: computes the expected outputs
     asserts = [f"assert {name}({x!r}) == {ns[name](x)!r}" for x in (inputs(r) for _ in range(5))]
     prompt = (f"Write a Python function `{name}({arg})` that returns {what.format(**ps)}.\n"
               "Your code should pass these tests:\n\n" + "\n".join(asserts[:2]))
