@@ -145,8 +145,8 @@ def load_problems(path: str, task: str | None = None, limit: int | None = None) 
     for where, row in rows[:limit]:
         try:
             row = json.loads(row) if isinstance(row, str) else row  # a JSONL line; a .json list's rows are parsed
-            if isinstance(row, dict):  # SVAMP and ASDiv capitalise their keys (Body, Question, Answer, ID)
-                row = {k.lower() if isinstance(k, str) else k: v for k, v in row.items()}
+            # SVAMP and ASDiv capitalise their keys (Body, Question, Answer, ID); JSON keys are always strings
+            row = {k.lower(): v for k, v in row.items()} if isinstance(row, dict) else row
             fmt, prob = _parse_row(row)
             if prob["task"] == "math" and not prob["answer"]:
                 raise ValueError("empty gold answer")
@@ -282,8 +282,7 @@ def _code_problem(r: random.Random) -> tuple[str, dict]:
     name, arg, what, body, params, inputs = r.choice(_CODE)
     ps = params(r)
     src = f"def {name}({arg}):\n    {body.format(**ps)}\n"
-    ns: dict = {}
-    exec(src, ns)  # our own reference code: computes the expected outputs
+    exec(src, ns := {})  # our own reference code: computes the expected outputs
     asserts = [f"assert {name}({x!r}) == {ns[name](x)!r}" for x in (inputs(r) for _ in range(5))]
     prompt = (f"Write a Python function `{name}({arg})` that returns {what.format(**ps)}.\n"
               "Your code should pass these tests:\n\n" + "\n".join(asserts[:2]))

@@ -169,8 +169,7 @@ def add_adapter(model: nn.Module, name: str, rank: int = 64, alpha: float = 32.0
     active = active_adapter(model)
     for parent, attr, layer in slots:
         if not isinstance(layer, LoRALinear):
-            layer = LoRALinear(layer)
-            setattr(parent, attr, layer)
+            setattr(parent, attr, layer := LoRALinear(layer))
         layer.add(name, int(rank), alpha, dropout, generator)
         layer.train(layer.base.training)   # new modules start in train mode: an eval model must not drop out
     set_adapter(model, active)   # new wrappers get the active adapter too; freezes the base and the new adapter

@@ -144,10 +144,9 @@ def last_boxed(text: str) -> str | None:
         return None
     j = i + (6 if text.startswith("\\boxed", i) else 5)
     if text[j:j + 1] == "{":
-        try:
+        with contextlib.suppress(ValueError):  # unclosed: None
             return _arg(text, j)[0]
-        except ValueError:  # unclosed
-            return None
+        return None
     m = re.match(r"\s+([^\s$]+)", text[j:])  # `\boxed 5`: one token
     return m.group(1) if m else None
 
@@ -272,10 +271,9 @@ def _number(t: str) -> Fraction | None:
     if not re.fullmatch(r"[-+]?(\d+\.?\d*|\.\d+)(/(\d+\.?\d*|\.\d+))?", u):
         return None
     num, _, den = u.partition("/")
-    try:
+    with contextlib.suppress(ValueError, ZeroDivisionError):  # e.g. a zero denominator: not a number
         return Fraction(num) / Fraction(den or 1)
-    except (ValueError, ZeroDivisionError):
-        return None
+    return None
 
 
 def _sympy_worker():  # runs as its own program (python -c): this function's source, then a call
@@ -285,7 +283,6 @@ def _sympy_worker():  # runs as its own program (python -c): this function's sou
     T = standard_transformations + (implicit_multiplication_application,)
     L = {c: sympy.Symbol(c) for c in string.ascii_letters}  # plain symbols: no E, I, N, S, O, Q surprises
     print("ready", flush=True)
-    INF = (sympy.oo, -sympy.oo)
     def close(a, b):  # finite values within a relative 1e-9 at 50 digits (mpmath: no float overflow or underflow)
         d = a - b
         if d == 0 or d.is_Rational:  # exact: 2^1024 + 1 is not 2^1024
@@ -295,7 +292,7 @@ def _sympy_worker():  # runs as its own program (python -c): this function's sou
             bool(abs(vd) <= sympy.Float("1e-9", 50) * max(abs(va), abs(vb)))
     def same(x, y):  # as values: an infinity equals only the same infinity, NaN and complex infinity equal nothing;
         # with symbols, equal at four exact points (no simplify: its time is unbounded)
-        if any(v.has(sympy.nan, sympy.zoo, *INF) for v in (x, y)):
+        if any(v.has(sympy.nan, sympy.zoo, sympy.oo, -sympy.oo) for v in (x, y)):
             return x == y and not x.has(sympy.nan, sympy.zoo)
         syms = sorted(x.free_symbols | y.free_symbols, key=str)
         points = [{v: sympy.Rational((-137 + 211 * t + 53 * k) * (k * t + 1), 100) for k, v in enumerate(syms)}
@@ -359,8 +356,7 @@ def _equal(p: str, g: str) -> bool:
         if cp[0] in ("", "{}"):  # bare lists ("find all x") and sets: order does not matter
             rest = list(cg[1])
             for a in cp[1]:
-                j = next((j for j, b in enumerate(rest) if _equal(a, b)), None)
-                if j is None:
+                if (j := next((j for j, b in enumerate(rest) if _equal(a, b)), None)) is None:
                     return False
                 rest.pop(j)
             return True
@@ -384,21 +380,20 @@ def _drop_words(s: str, other: str) -> str:
 
 def math_check(completion: str, answer: str) -> tuple[float, str]:
     """(reward, status) of a math completion against a gold answer."""
-    pred, gold = last_boxed(completion), gold_answer(answer)
-    if pred is None or not pred.strip():
+    # runs of whitespace collapsed (linear; they do not count); no box, or an empty one: no answer
+    pred, gold = " ".join((last_boxed(completion) or "").split()), " ".join(gold_answer(answer).split())
+    if not pred:
         return 0.0, "no_answer"
-    pred, gold = " ".join(pred.split()), " ".join(gold.split())  # linear; runs of spaces do not count
     if len(pred) > MAX_ANSWER_CHARS or len(gold) > MAX_ANSWER_CHARS:
         return 0.0, "error"  # too long to be an answer: never normalised, so no input can be slow
     (p, p_pct), (g, g_pct) = _normalize(pred), _normalize(gold)
     if not g:
         return 0.0, "error"
     p, g = _drop_words(p, g), _drop_words(g, p)
-    try:
+    with contextlib.suppress(_Undecided):  # undecided (sympy timed out, a power too large): "error" below
         ok = _equal(p, g) or (p_pct and not g_pct and (n := _number(p)) is not None and _equal(str(n / 100), g))
-    except _Undecided:
-        return 0.0, "error"
-    return (1.0, "correct") if ok else (0.0, "wrong")
+        return (1.0, "correct") if ok else (0.0, "wrong")
+    return 0.0, "error"
 
 
 def final_answer(completion: str, task: str) -> str | None:
