@@ -464,7 +464,7 @@ def _sandbox_main():
         # a uid of its own (2^30 + its pid: unique while it runs), not nobody: as nobody every run could signal the
         # others (pidfd, or SIGIO by F_SETOWN), and one program failed every correct one of its batch (eighteenth
         # review)
-        uid = job["uid"] + os.getpid()
+        uid = job["uid"] + int(os.readlink("/proc/self"))  # the host's pid: /proc is the host's, in its own root too
         os.chown(".", uid, uid), os.setgroups([]), os.setgid(uid), os.setuid(uid)
     # No PR_SET_PDEATHSIG: it needs ctypes, and a _ctypes this process has loaded can be loaded again by file
     # path with no audit event, giving the program pointers into its own memory (and the hook's state). The caller
@@ -750,12 +750,14 @@ def _remove(top: str) -> bool:
     return os.path.lexists(top)
 
 
-# The run's own root and network, where it has one (_own_root): mounted in a new mount and network namespace from an
-# fstab (run_python writes it) by one `mount -a`, then /dev/null and /dev/urandom made, then the harness started with
+# The run's own root and network, where it has one (_own_root): in new mount, network, IPC (no System V or POSIX
+# queues or shared memory shared with other runs: notes and memory that outlived a run, twentieth review) and PID
+# namespaces (every process of the run dies with it, one that left its session too), mounted from an fstab (run_python
+# writes it; nr_inodes caps the files: 854k empty ones took 870 MB of kernel memory) by one `mount -a`, then /dev/null and /dev/urandom made, then the harness started with
 # that root (unshare -R) in its dir, with no_new_privs (a set-uid program under /usr gives no one root: a program that
 # undid the audit hook could exec one)
-_ROOT = ("unshare", "-m", "-n", "sh", "-c", 'mount -a -T "${PWD%/box}/fstab" && mknod -m 666 "$PWD/dev/null" c 1 3 && '
-         'mknod -m 444 "$PWD/dev/urandom" c 1 9 && exec setpriv --no-new-privs unshare -R "$PWD" -w "$PWD" "$@"', "sh")
+_ROOT = ("unshare", "-m", "-n", "-i", "-p", "--fork", "sh", "-c", 'B=$PWD; mount -a -T "${B%/box}/fstab" && mknod -m 666 '
+         '"$B/dev/null" c 1 3 && mknod "$B/dev/urandom" c 1 9 && exec setpriv --no-new-privs unshare -R "$B" -w "$B" "$@"', "sh")
 
 
 @functools.cache
@@ -766,7 +768,8 @@ def _own_root() -> list[str]:
     hook (a CPython use-after-free undid it: nineteenth review); no network; its dir a fresh tmpfs, noexec (no file it
     writes can be loaded as code, the way two reviews' .so reached libcrypto), 64 MiB in all, gone with the run.
     Elsewhere the dir is a plain one, and the audit hook the only wall."""
-    probe = subprocess.run(["sh", "-c", "unshare -m -n mount -t tmpfs -o size=4k none /tmp"], capture_output=True)
+    probe = subprocess.run([*_ROOT[:6], "sh", "-c", "mount -t tmpfs r /tmp && mount -t tmpfs -o nr_inodes=8,X-mount.mkdir "
+                            "x /tmp/a && mknod /tmp/n c 1 3 && setpriv --no-new-privs unshare -R / true"], capture_output=True)
     keep = ["/usr", "/bin", "/lib", "/lib64", "/etc", "/proc", *dict.fromkeys([sys.prefix, sys.base_prefix])]
     return [] if os.geteuid() or probe.returncode else [d for d in keep if os.path.exists(d)]
 
@@ -792,20 +795,20 @@ def run_python(code: str, tests: str = "", *, setup: str = "", entry_point: str 
         for f, text in zip(files[0::3] + files[5:], (stdin or "", json.dumps(judge_job), json.dumps(job))):
             f.write(text.encode()), f.seek(0)
         if root:  # its own root (_own_root): the fstab of _ROOT's `mount -a` (a space in a path as \040)
-            e, size = lambda p: p.replace(" ", "\\040"), 4 * OUTPUT_MB
-            lines = [f"root {e(work)} tmpfs mode=755,size=1m", *(f"{e(d)} {e(work + d)} none rbind" for d in root),
-                     f"dev {e(work)}/dev tmpfs mode=755,size=4k",
-                     f"box {e(work + work)} tmpfs noexec,nosuid,nodev,size={size}m,mode=700"]
+            e, size = lambda p: p.translate({32: r"\040", 9: r"\011", 10: r"\012", 92: r"\134"}), 4 * OUTPUT_MB
+            lines = [f"root {e(work)} tmpfs mode=755,size=1m,nr_inodes=256", *(f"{e(d)} {e(work + d)} none rbind"
+                     for d in root), f"dev {e(work)}/dev tmpfs mode=755,size=4k,nr_inodes=8",
+                     f"box {e(work + work)} tmpfs noexec,nosuid,nodev,size={size}m,nr_inodes=16k,mode=700"]
             with open(os.path.join(top, "fstab"), "w") as f:
                 f.write("".join(line + ",X-mount.mkdir 0 0\n" for line in lines))
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": work, "TMPDIR": work, "LANG": "C.UTF-8",
                "PYTHONHASHSEED": "0", "PYTHONIOENCODING": "utf-8", "PYTHONDONTWRITEBYTECODE": "1",
                "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
         start = lambda script, fds, **kw: procs.append(subprocess.Popen(  # each in its own session (process group)
-            [*kw.pop("prefix", ()), sys.executable, "-S", "-P", "-c", script, *map(str, fds)], env=env, pass_fds=fds,
-            start_new_session=True, **kw))
+            [*kw.pop("prefix", ()), sys.executable, "-S", "-P", "-c", script, *map(str, fds), *kw.pop("argv", [])],
+            env=env, pass_fds=fds, start_new_session=True, **kw))
         start(_HARNESS, [files[5].fileno(), *fds[::3]], stdin=files[0], stdout=files[1], stderr=files[2], cwd=work,
-              prefix=_ROOT if root else ())
+              prefix=_ROOT if root else (), argv=[work])  # the work dir on its command line: strays are found by it
         if testing:  # the judge: not forked from the program's process, holding none of its fds but the pipes
             start(_JUDGE, fds[1:3], stdin=files[3], stdout=files[4], stderr=files[4])
         [os.close(fd) for fd in fds]
