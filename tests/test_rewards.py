@@ -16,6 +16,7 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -1136,6 +1137,17 @@ def test_a_run_leaves_nothing_in_tmp(tmp_path, monkeypatch):
     monkeypatch.undo()
     assert r.status == "error" and "could not remove" in r.stderr
     R._remove(r.stderr.split("could not remove ")[-1].strip())
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="runs drop to uids of their own only as root")
+def test_runs_at_once_have_uids_of_their_own():
+    """Each run its own uid (2^30 + its host pid), not one for all: with one, a run could signal the others
+    (eighteenth review; its own PID namespace stops that too) and would share the kernel keyrings of that uid."""
+    with ThreadPoolExecutor(4) as pool:
+        rs = list(pool.map(lambda _: R.run_python("import os, time\ntime.sleep(0.5)\nprint(os.getuid())", stdin=""),
+                           range(4)))
+    uids = [int(r.stdout) for r in rs]
+    assert min(uids) >= 2 ** 30 and len(set(uids)) == 4, rs
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="as non-root every run is the caller (documented)")
