@@ -33,8 +33,8 @@ on its path) and a 2x memory limit. Guaranteed, each by an adversarial test:
   the entry point may be named like one), redefined setup helpers (the judge runs the setup), exiting 0 before the
   tests (the judge first waits for the program to run to its end).
 - The sandbox, per run: `python -S` in its own session, temp dir and scrubbed environment, killed with its process
-  group at the time limit (the judge's too). As root where namespaces and mounts are allowed (unshare -m -n), the
-  run has its own root and network: it sees the system's dirs (/usr, /etc, /bin, /lib), Python's, /proc, /dev/null,
+  group at the time limit (the judge's too). As root where namespaces and mounts are allowed (unshare -m -n -i -p),
+  the run has its own root, network, IPC and PIDs (its processes die with it): it sees the system's dirs (/usr, /etc, /bin, /lib), Python's, /proc, /dev/null,
   /dev/urandom and its own dir only, a fresh tmpfs, noexec (no file the program writes can be loaded as code, the way
   two reviews' .so reached libcrypto), nosuid, nodev, 64 MiB in all, gone with the run; no_new_privs (setpriv: a
   set-uid program gives it nothing). So what the audit hook guards
@@ -77,6 +77,9 @@ NOT supported / NOT protected against (run large-scale untrusted code in a conta
   you, so it can kill the others). A file opened by C code without an audit event is not checked (the known modules
   that do are refused: readline, shared memory, dbm, syslog, Tcl); os.mkfifo, os.mknod and os.memfd_create (no audit
   event) are deleted before the program runs; directories outside can be listed (names, not contents).
+- In its own root, past the audit hook (the use-after-free): the kernel's per-uid keyrings (add_key, keyctl; no
+  namespace covers them) let a run leave a key that a later run reads (twentieth review). A seccomp filter would close
+  it. No way from such notes to a verdict is known (the program never learns whether an assert passed).
 - Without its own root (not root, or no namespaces): network is refused only by the audit hook, disk use is
   bounded per file (16 MiB) and by the 10,000-file cap only, so a run can fill the disk for its few seconds, and a
   file it writes is not kept from being mapped as code; its dir is removed after it (a run that
