@@ -293,6 +293,13 @@ def own_workdirs(monkeypatch):
     monkeypatch.setattr(R, "WORKDIR_PREFIX", f"grpo-sbx-test{os.getpid()}-")
 
 
+@pytest.fixture
+def hook_only(monkeypatch):
+    """The audit hook alone, without the run's own root (as on a machine without root or namespaces): the escapes
+    these tests try must fail at the hook, not only at the root, which would hide a hook rule's loss (mutants)."""
+    monkeypatch.setattr(R, "_own_root", lambda: [])
+
+
 def _sandbox_procs() -> list[int]:
     """Live processes started by this test session's sandboxes (their command line holds the work dir; the
     harness's since the job went to an fd: the twentieth review saw this find none)."""
@@ -402,6 +409,7 @@ def gold_and_loose():
     assert not any(Path("/tmp").glob(loose.name + "*")), "a sandboxed program wrote outside its dir"
 
 
+@pytest.mark.usefixtures("hook_only")
 def test_adversary_patches_the_path_checks(gold_and_loose):
     """Red team, fifth session: the audit hook's path checks called posixpath's Python functions, which look up
     names the program can rebind (abspath, _joinrealpath, os.fspath): every path then looked inside the work dir
@@ -503,6 +511,7 @@ while "done" not in state:
 
 @pytest.mark.parametrize("program", [ESCAPING_EXCEPTION, HIJACKED_HARNESS_NAMES, MAIN_THREAD_SIGINT],
                          ids=["escaping-exception", "names", "main-thread-sigint"])
+@pytest.mark.usefixtures("hook_only")
 def test_adversary_escapes_the_harness_thread(program):
     run_adversary(program, "import math\nassert add(1, 2) == 3")
 
@@ -556,11 +565,13 @@ tcl.eval("set f [open {loose} w]; puts $f x; close $f")
 """
 
 
+@pytest.mark.usefixtures("hook_only")
 @pytest.mark.parametrize("program", [IMPOSTOR_KEY, CRAFTED_BYTECODE], ids=["impostor-key", "crafted-bytecode"])
 def test_adversary_third_review(program):
     run_adversary(program, "import math\nassert add(1, 2) == 3")
 
 
+@pytest.mark.usefixtures("hook_only")
 def test_adversary_reads_and_writes_files_through_tcl(gold_and_loose):
     gold, loose = gold_and_loose
     run_adversary(TCL_FILES.format(gold=gold, loose=loose), "assert True")
@@ -610,6 +621,7 @@ for get in (lambda: _imp.create_builtin(importlib.machinery.BuiltinImporter.find
 
 @pytest.mark.parametrize("program, tests", [(GC_SAVED_FRAME, "import math\nassert add(1, 2) == 3"),
                                             (STR_SUBCLASS_IMPORT, "assert ways")], ids=["gc-saved-frame", "str-subclass-import"])
+@pytest.mark.usefixtures("hook_only")
 def test_adversary_fourth_review(program, tests):
     run_adversary(program, tests)
 
@@ -639,6 +651,7 @@ for get in [lambda lib=lib: load("gc", lib).set_debug for lib in libs] + [
 """
 
 
+@pytest.mark.usefixtures("hook_only")
 def test_adversary_loads_native_code():
     cffi = next(iter(glob.glob(os.path.join(os.path.dirname(os.__file__), "..", "**", "_cffi_backend*.so"),
                                recursive=True)), "/nonexistent/_cffi_backend.so")
@@ -748,6 +761,7 @@ for act in acts:
 """
 
 
+@pytest.mark.usefixtures("hook_only")
 def test_adversary_opens_relative_to_a_directory_fd():
     run_adversary(DIR_FD, "assert ways")
 
@@ -799,6 +813,7 @@ for spawn in (fork_exec, os.fork, lambda: os.posix_spawn(sh[0], sh, {{}}), lambd
 """
 
 
+@pytest.mark.usefixtures("hook_only")
 @pytest.mark.parametrize("python", [sys.executable, python_with_builtin("_posixsubprocess")], ids=["this", "builtin"])
 def test_adversary_starts_a_process(python, gold_and_loose, monkeypatch):
     if python is None:
@@ -1344,6 +1359,7 @@ def f():
 """
 
 
+@pytest.mark.usefixtures("hook_only")
 def test_adversary_rewrites_the_hook_through_a_traceback(gold_and_loose):
     run_adversary(HOOK_FRAME.format(gold=gold_and_loose[0]), "assert '42' in f()")
     # a signal handler's frame argument (the main thread's frame, with the hook among its locals) is refused too:
