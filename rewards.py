@@ -68,7 +68,8 @@ NOT supported / NOT protected against (run large-scale untrusted code in a conta
   process (pages of standard-library files evicted and probed): posix_fadvise, preadv, pwritev are deleted and mmap
   refused; reading a rarely used file still leaves a bit a later run could time, and atimes (relatime) remain, and
   so do the kernel's cached failed lookups (os.stat is not audited: a later run times a missing name's lookup; 64
-  bits survived 20 other runs): closing these needs a private mount namespace or chroot per run. An
+  bits survived 20 other runs; in its own root too: the cache is the filesystem's, and /usr is bound, not copied,
+  twenty-first review): closing these needs per-run copies of those dirs or refusing stat outside the run's. An
   `and` inside one assert still runs its later calls only if the earlier ones held (none in HumanEval or MBPP).
 - Wrong-but-passing answers the tests cannot see: special-casing the (often visible) tests, a test that only checks
   that a call does not raise (a program that sends its reply early then hangs passes tests that call nothing).
@@ -79,7 +80,11 @@ NOT supported / NOT protected against (run large-scale untrusted code in a conta
   event) are deleted before the program runs; directories outside can be listed (names, not contents).
 - In its own root, past the audit hook (the use-after-free): the kernel's per-uid keyrings (add_key, keyctl; no
   namespace covers them) let a run leave a key that a later run reads (twentieth review). A seccomp filter would close
-  it. No way from such notes to a verdict is known (the program never learns whether an assert passed).
+  it. No way from such notes to a verdict is known (the program never learns whether an assert passed: a failure
+  costs the judge no extra time since the twenty-first review, which timed the raise). Each uid's keys also hold
+  about 76 kB of kernel memory that is never given back (measured: 40 runs, 3 MB), which a seccomp filter would
+  also stop; and AF_VSOCK sockets (not network-namespaced) can be made, reaching the hypervisor on a VM.
+- A correct program writing more than 64 MiB in all fails in its own root (the tmpfs's size), not without it.
 - Without its own root (not root, or no namespaces): network is refused only by the audit hook, disk use is
   bounded per file (16 MiB) and by the 10,000-file cap only, so a run can fill the disk for its few seconds, and a
   file it writes is not kept from being mapped as code; its dir is removed after it (a run that
@@ -533,11 +538,12 @@ def _sandbox_main():
             raise (ValueError if event == "sys._getframe" else AttributeError)("sandbox: no frames")
         if event == "open" and type(args[0]) is not int:
             writes = (type(args[1]) is str and any(c in args[1] for c in "wax+")) or (args[2] or 0) & wflags
-            # inside the work dir, or reading a file (not a directory) of the standard library. The directory test stats
+            # inside the work dir (or the dir itself: tempfile.TemporaryFile opens it with O_TMPFILE, and correct
+            # programs using it failed: twenty-first review), or reading a file (not a directory) of the standard library. The directory test stats
             # the path as given (the resolved one may be out of its uid's reach); no such path: its OSError refuses
             # the open, which would fail too
             p = resolve(args[0], args[1] is not None)
-            if not (inside(p) or not writes and (readable(p) or p == "/dev/urandom")
+            if not (inside(p) or p + "/" == work or not writes and (readable(p) or p == "/dev/urandom")
                     and not S_ISDIR(stat(args[0]).st_mode)):
                 raise PermissionError("sandbox: open " + p)
             # files written and dirs made: at most 10,000, so the cleanup's walk stays short (fifteenth review: it
@@ -707,11 +713,14 @@ def _judge_main():  # runs as its own program (python -S -c; argv: request fd, r
         raise kind() if known else Exception()
     # Pass: exit status 0 at the end, with no assert failed; an exception the tests let out exits 1. An assert that
     # fails is recorded and the tests go on, so what the program is asked next never tells it whether its last answer
-    # passed (an oracle it could learn hidden tests from, keeping the answers across runs)
+    # passed (an oracle it could learn hidden tests from, keeping the answers across runs). `assert X` becomes
+    # `failed.append(not X)`: a failure raises nothing, so it costs the judge no more time than a pass (the extra raise
+    # was an oracle too: the program timed the gaps between its calls, twenty-first review); its message never runs
+    # (calling the program there told it)
     class Soft(ast.NodeTransformer):
         def visit_Assert(self, node):
-            soft = ast.parse("try:\n    pass\nexcept Exception:\n    _sbx_failed.append(1)").body[0]
-            soft.body[0], node.msg = node, None  # a message runs only when it fails: calling the program there told it
+            soft = ast.parse("try:\n    _sbx_failed.append(not 0)\nexcept Exception:\n    _sbx_failed.append(True)").body[0]
+            soft.body[0].value.args[0].operand = node.test
             return ast.copy_location(soft, node)
     failed, tree = [], ast.fix_missing_locations(Soft().visit(ast.parse(job["tests"])))
     ns = {"__name__": "__main__", "__builtins__": builtins, "_sbx_failed": failed}
@@ -729,7 +738,7 @@ def _judge_main():  # runs as its own program (python -S -c; argv: request fd, r
     exec(compile(tree, "<tests>", "exec"), ns)
     if job["check"]:
         ns["check"](ns[job["entry_point"]])
-    os._exit(1 if failed else 0)
+    os._exit(1 if any(failed) else 0)
 
 
 # The sandbox and the judge run as their own programs (python -S -c): these functions' sources, then a call.

@@ -1285,6 +1285,14 @@ def test_adversary_undoes_the_audit_hook_through_a_use_after_free(secret):
                         {"task": "code", "prompt": "", "test_code": "assert f() == '42'", "timeout": 10}) == (0.0, "fail")
 
 
+def test_a_correct_program_may_use_tempfile():
+    """tempfile.TemporaryFile opens the program's dir itself (O_TMPFILE): refused, correct programs using it scored 0
+    (twenty-first review)."""
+    code = ("import tempfile\ndef f():\n    with tempfile.TemporaryFile() as t, tempfile.NamedTemporaryFile('w+') as n:\n"
+            "        t.write(b'ab'), n.write('cd'), t.seek(0), n.seek(0)\n        return t.read().decode() + n.read()")
+    assert R.code_check(fence(code), {"task": "code", "prompt": "", "test_code": "assert f() == 'abcd'"}) == (1.0, "pass")
+
+
 def test_every_io_case_runs(monkeypatch):
     calls = []
     def fake(code, tests="", *, stdin=None, **kw):
