@@ -34,10 +34,10 @@ on its path) and a 2x memory limit. Guaranteed, each by an adversarial test:
   tests (the judge first waits for the program to run to its end).
 - The sandbox, per run: `python -S` in its own session, temp dir and scrubbed environment, killed with its process
   group at the time limit (the judge's too). As root where namespaces and mounts are allowed (unshare -m -n -i -p),
-  the run has its own root, network, IPC and PIDs (its processes die with it): it sees the system's dirs (/usr, /etc, /bin, /lib), Python's, /proc, /dev/null,
-  /dev/urandom and its own dir only, a fresh tmpfs, noexec (no file the program writes can be loaded as code, the way
-  two reviews' .so reached libcrypto), nosuid, nodev, 64 MiB in all, gone with the run; no_new_privs (setpriv: a
-  set-uid program gives it nothing). So what the audit hook guards
+  the run has its own root, network, IPC and PIDs (its processes die with it): it sees the system's dirs (/usr,
+  /etc, /bin, /lib), Python's, /proc, /dev/null, /dev/urandom and its own dir only, a fresh tmpfs, noexec (no file
+  the program writes can be loaded as code, the way two reviews' .so reached libcrypto), nosuid, nodev, 64 MiB in
+  all, gone with the run; no_new_privs (setpriv: a set-uid program gives it nothing). So what the audit hook guards
   does not rest on it alone: a CPython use-after-free (pure Python, io.BufferedReader) gave a program memory access
   and it undid the hook, reading the data's gold solutions (nineteenth review); in its own root it finds none. Keep
   gold data out of those dirs. It forks: the parent keeps the caller's identity and waits; the child
@@ -539,9 +539,9 @@ def _sandbox_main():
         if event == "open" and type(args[0]) is not int:
             writes = (type(args[1]) is str and any(c in args[1] for c in "wax+")) or (args[2] or 0) & wflags
             # inside the work dir (or the dir itself: tempfile.TemporaryFile opens it with O_TMPFILE, and correct
-            # programs using it failed: twenty-first review), or reading a file (not a directory) of the standard library. The directory test stats
-            # the path as given (the resolved one may be out of its uid's reach); no such path: its OSError refuses
-            # the open, which would fail too
+            # programs using it failed: twenty-first review), or reading a file (not a directory) of the standard
+            # library. The directory test stats the path as given (the resolved one may be out of its uid's reach);
+            # no such path: its OSError refuses the open, which would fail too
             p = resolve(args[0], args[1] is not None)
             if not (inside(p) or p + "/" == work or not writes and (readable(p) or p == "/dev/urandom")
                     and not S_ISDIR(stat(args[0]).st_mode)):
@@ -601,7 +601,7 @@ def _program(job, go, req_fd, resp_fd):  # the program's thread: nothing of the 
     line. Nothing here is trusted (the program may rebind all of it): the judge decides, from the values it decodes."""
     import builtins, json, os, sys
     go.acquire()
-    status, g, (enc, dec) = 1, {"__name__": "__main__", "__builtins__": builtins}, _wire(job["depth"])
+    status, g, (enc, dec) = 1, {"__name__": job["name"], "__builtins__": builtins}, _wire(job["depth"])
     try:
         for name in "setup", "code":
             exec(compile(job[name], "<%s>" % name, "exec"), g)
@@ -765,9 +765,9 @@ def _remove(top: str) -> bool:
 # The run's own root and network, where it has one (_own_root): in new mount, network, IPC (no System V or POSIX
 # queues or shared memory shared with other runs: notes and memory that outlived a run, twentieth review) and PID
 # namespaces (every process of the run dies with it, one that left its session too), mounted from an fstab (run_python
-# writes it; nr_inodes caps the files: 854k empty ones took 870 MB of kernel memory) by one `mount -a`, then /dev/null and /dev/urandom made, then the harness started with
-# that root (unshare -R) in its dir, with no_new_privs (a set-uid program under /usr gives no one root: a program that
-# undid the audit hook could exec one)
+# writes it; nr_inodes caps the files: 854k empty ones took 870 MB of kernel memory) by one `mount -a`, then
+# /dev/null and /dev/urandom made, then the harness started with that root (unshare -R) in its dir, with
+# no_new_privs (a set-uid program under /usr gives no one root: a program that undid the audit hook could exec one)
 _ROOT = ("unshare", "-m", "-n", "-i", "-p", "--fork", "sh", "-c", 'B=$PWD; mount -a -T "${B%/box}/fstab" && mknod -m 666 '
          '"$B/dev/null" c 1 3 && mknod "$B/dev/urandom" c 1 9 && exec setpriv --no-new-privs unshare -R "$B" -w "$B" "$@"', "sh")
 
@@ -795,7 +795,10 @@ def run_python(code: str, tests: str = "", *, setup: str = "", entry_point: str 
         return ExecResult("timeout", None, "", "batch time budget spent", 0.0)
     cap, testing = OUTPUT_MB << 20, stdin is None
     job = dict(mode="test" if testing else "io", setup=setup, code=code, depth=100, uid=1 << 30,
-               cpu=int(timeout) + 1, mem=memory_mb << 20, fsize=cap)
+               cpu=int(timeout) + 1, mem=memory_mb << 20, fsize=cap, name="solution" if testing else "__main__")
+    # a solution under test is not __main__ (nor in HumanEval's or MBPP's harness): its `if __name__ == "__main__":`
+    # tail (doctest.testmod(), unittest.main(), input()) does not run; all 1,138 references failed with a doctest
+    # tail (twenty-second review). A script (io) is __main__
     judge_job = dict(setup=setup, tests=tests, entry_point=entry_point, depth=100, cap=cap, mem=2 * memory_mb << 20,
                      check=bool(entry_point and _CHECK.search(tests)))
     # the program's dir is box in the caller's dir top (0711): it can neither remove nor replace its own dir

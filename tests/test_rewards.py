@@ -1293,6 +1293,17 @@ def test_a_correct_program_may_use_tempfile():
     assert R.code_check(fence(code), {"task": "code", "prompt": "", "test_code": "assert f() == 'abcd'"}) == (1.0, "pass")
 
 
+def test_a_solution_with_a_main_block_is_judged_as_a_module():
+    """HumanEval's prompts are full of doctests and solutions often end in `if __name__ == "__main__":
+    doctest.testmod()` (or unittest.main(), or input()): run as __main__, every such correct solution scored 0
+    (twenty-second review). A script (io mode) is still __main__."""
+    code = "def f(x):\n    \"\"\">>> f(1)\n    2\n    \"\"\"\n    return x + 1\n"
+    for tail in ("import doctest\n    doctest.testmod()", "import unittest\n    unittest.main()", "input()"):
+        problem = {"task": "code", "prompt": "", "test_code": "assert f(1) == 2"}
+        assert R.code_check(fence(code + "\nif __name__ == '__main__':\n    " + tail), problem) == (1.0, "pass"), tail
+    assert R.run_python("if __name__ == '__main__':\n    print(input())", stdin="x").stdout == "x\n"
+
+
 def test_every_io_case_runs(monkeypatch):
     calls = []
     def fake(code, tests="", *, stdin=None, **kw):
