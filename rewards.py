@@ -780,10 +780,10 @@ def _own_root() -> list[str]:
     hook (a CPython use-after-free undid it: nineteenth review); no network; its dir a fresh tmpfs, noexec (no file it
     writes can be loaded as code, the way two reviews' .so reached libcrypto), 64 MiB in all, gone with the run.
     Elsewhere the dir is a plain one, and the audit hook the only wall."""
-    probe = subprocess.run([*_ROOT[:6], "sh", "-c", "mount -t tmpfs r /tmp && mount -t tmpfs -o nr_inodes=8,X-mount.mkdir "
-                            "x /tmp/a && mknod /tmp/n c 1 3 && setpriv --no-new-privs unshare -R / true"], capture_output=True)
+    failed = os.geteuid() or subprocess.run([*_ROOT[:6], "sh", "-c", "mount -t tmpfs r /tmp && mount -t tmpfs -o nr_inodes=8,"
+        "X-mount.mkdir x /tmp/a && mknod /tmp/n c 1 3 && setpriv --no-new-privs unshare -R / true"], capture_output=True).returncode
     keep = ["/usr", "/bin", "/lib", "/lib64", "/etc", "/proc", *dict.fromkeys([sys.prefix, sys.base_prefix])]
-    return [] if os.geteuid() or probe.returncode else [d for d in keep if os.path.exists(d)]
+    return [] if failed else [d for d in keep if os.path.exists(d)]  # not root: no probe (its unshare would fail)
 
 
 def run_python(code: str, tests: str = "", *, setup: str = "", entry_point: str | None = None,
@@ -807,7 +807,7 @@ def run_python(code: str, tests: str = "", *, setup: str = "", entry_point: str 
     files = [tempfile.TemporaryFile() for _ in range(6)]  # stdin, stdout, stderr: files cannot fill up and block;
     try:                                                  # the judge's job, its output; the sandbox's job
         os.chmod(top, 0o711), os.mkdir(work, 0o700)  # (the sandbox gives it to its uid)
-        for f, text in zip(files[0::3] + files[5:], (stdin or "", json.dumps(judge_job), json.dumps(job))):
+        for f, text in zip((files[0], files[3], files[5]), (stdin or "", json.dumps(judge_job), json.dumps(job))):
             f.write(text.encode()), f.seek(0)
         if root:  # its own root (_own_root): the fstab of _ROOT's `mount -a` (a space in a path as \040)
             e, size = lambda p: p.translate({32: r"\040", 9: r"\011", 10: r"\012", 92: r"\134"}), 4 * OUTPUT_MB

@@ -311,7 +311,7 @@ MUTANTS = [
      ids("test_rewards.py", "test_a_run_sees_only_the_system_python_and_its_own_dir")),
     ("box-size-uncapped", "rewards.py", "run_python", "size={size}m,nr_inodes", "size={size}0m,nr_inodes",
      ids("test_rewards.py", "test_a_run_sees_only_the_system_python_and_its_own_dir")),
-    ("no-own-root", "rewards.py", "_own_root", "return [] if os.geteuid() or probe.returncode", "return [] if True",
+    ("no-own-root", "rewards.py", "_own_root", "return [] if failed else", "return [] if True else",
      ids("test_rewards.py", "test_the_run_has_its_own_root_where_the_machine_allows_it")),
     ("root-shares-the-network", "rewards.py", "_ROOT", '"-m", "-n", "-i"', '"-m", "-i"',
      ids("test_rewards.py", "test_a_run_sees_only_the_system_python_and_its_own_dir",
