@@ -35,15 +35,15 @@ on its path) and a 2x memory limit. Guaranteed, each by an adversarial test:
 - The sandbox, per run: `python -S` in its own session, temp dir and scrubbed environment, killed with its process
   group at the time limit (the judge's too). As root where namespaces and mounts are allowed (unshare -m -n -i -p),
   the run has its own root, network, IPC and PIDs (its processes die with it): it sees the system's dirs (/usr,
-  /etc, /bin, /lib), Python's, /proc, /dev/null, /dev/urandom and its own dir only, a fresh tmpfs, noexec (no file
+  /etc, /bin, /lib), Python's, its own /proc, /dev/null, /dev/urandom and its own dir only, a fresh tmpfs, noexec (no file
   the program writes can be loaded as code, the way two reviews' .so reached libcrypto), nosuid, nodev, 64 MiB in
   all, gone with the run; no_new_privs (setpriv: a set-uid program gives it nothing). So what the audit hook guards
   does not rest on it alone: a CPython use-after-free (pure Python, io.BufferedReader) gave a program memory access
   and it undid the hook, reading the data's gold solutions (nineteenth review); in its own root it finds none. Keep
   gold data out of those dirs. It forks: the parent keeps the caller's identity and waits; the child
-  drops to a uid of its own (2^30 + its pid) when the caller is root, sets rlimits (CPU, memory, file size, NPROC 1,
+  drops to a uid of its own (2^30 + the caller's thread id) when the caller is root, sets rlimits (CPU, memory, file size, NPROC 1,
   no core, 64 fds), installs an audit hook refusing kill, process creation, ctypes, sockets, sqlite, tracing, other
-  audit hooks, frame/gc introspection, changing the environment, nis (network), glibc's gettext, writing outside its
+  audit hooks, frame/gc introspection, changing the environment, file locks, nis (network), glibc's gettext, writing outside its
   dir and reading outside it and the standard library (so not /proc, site-packages, the data's gold answers or other
   runs' files), and more than 10,000 files written or dirs made. Its path checks resolve paths with C functions
   bound before the program runs and accept exact str / bytes only. The hook's own state (its closure) must stay out
@@ -84,6 +84,11 @@ NOT supported / NOT protected against (run large-scale untrusted code in a conta
   costs the judge no extra time since the twenty-first review, which timed the raise). Each uid's keys also hold
   about 76 kB of kernel memory that is never given back (measured: 40 runs, 3 MB), which a seccomp filter would
   also stop; and AF_VSOCK sockets (not network-namespaced) can be made, reaching the hypervisor on a VM.
+- Runs graded at the same time (one grade() call) share the machine: statvfs, fstatvfs and sysconf (free blocks
+  of the filesystem their stdout files share, free memory: a program computing nothing passed beside a correct one
+  that signalled its answers, twenty-third review) are deleted and file locks refused, and in its own root a run sees
+  no other's pids; the CPU they share remains a slow channel (a program can time its own speed while another burns
+  CPU). Only a sibling that solves the problem can send; grade(..., max_workers=1) closes it.
 - A correct program writing more than 64 MiB in all fails in its own root (the tmpfs's size), not without it.
 - Without its own root (not root, or no namespaces): network is refused only by the audit hook, disk use is
   bounded per file (16 MiB) and by the 10,000-file cap only, so a run can fill the disk for its few seconds, and a
@@ -472,7 +477,7 @@ def _sandbox_main():
         # a uid of its own (2^30 + its pid: unique while it runs), not nobody: as nobody every run could signal the
         # others (pidfd, or SIGIO by F_SETOWN), and one program failed every correct one of its batch (eighteenth
         # review)
-        uid = job["uid"] + int(os.readlink("/proc/self"))  # the host's pid: /proc is the host's, in its own root too
+        uid = job["uid"]  # 2^30 + the caller's thread id (a run's own /proc shows no host pid): unique while it runs
         os.chown(".", uid, uid), os.setgroups([]), os.setgid(uid), os.setuid(uid)
     # No PR_SET_PDEATHSIG: it needs ctypes, and a _ctypes this process has loaded can be loaded again by file
     # path with no audit event, giving the program pointers into its own memory (and the hook's state). The caller
@@ -511,7 +516,7 @@ def _sandbox_main():
     deny = frozenset("os.kill os.killpg os.fork os.forkpty os.exec os.posix_spawn os.spawn os.system subprocess.Popen "
                      "resource.prlimit sys.settrace sys.setprofile sys._current_frames sys._current_exceptions "
                      "os.symlink sys.addaudithook gc.get_objects gc.get_referrers gc.get_referents code.__new__ "
-                     "marshal.loads marshal.load sqlite3.connect os.chmod os.putenv os.unsetenv".split())
+                     "marshal.loads marshal.load sqlite3.connect os.chmod os.putenv os.unsetenv os.lockf".split())
     # no chmod: all it makes is removable. No environment changes: OPENSSL_CONF made _hashlib's libcrypto dlopen a
     # .so the program wrote, with no audit event (it read the gold solutions: sixteenth review)
     # memory access (ctypes, the test modules), interpreters without this hook (_xxsubinterpreters, _interpreters),
@@ -527,7 +532,7 @@ def _sandbox_main():
     made = []  # one item per file written or dir made
     def hook(event, args, any=any, str=str, int=int, len=len, type=type, PermissionError=PermissionError,
              ValueError=ValueError, AttributeError=AttributeError, S_ISDIR=_stat.S_ISDIR):
-        if event in deny or event.startswith(("ctypes.", "socket.")) or event == "import" and (  # by a plain str name,
+        if event in deny or event.startswith(("ctypes.", "socket.", "fcntl.")) or event == "import" and (  # a str name,
                 type(args[0]) is not str or any(unsafe(part) for part in args[0].split("."))  # a native module only
                 or args[1] is not None and not readable(resolve(args[1]))):  # from the standard library's files
             raise PermissionError("sandbox: " + event)
@@ -581,10 +586,12 @@ def _sandbox_main():
     # memory limit); renicing or pinning other runs to one CPU (they time out: sixteenth review). Gone from os and
     # from posix, where they come from. And sys.monitoring (3.12+, no audit event): callbacks on the tests' code, whose
     # constants hold the expected answers (the GPU machine's Python 3.12 has it: a test's program passed; CI's 3.11 not);
-    # the perf trampoline (3.12+: C code wrote /tmp/perf-PID.map, never removed, notes across runs: nineteenth review)
+    # the perf trampoline (3.12+: C code wrote /tmp/perf-PID.map, never removed, notes across runs: nineteenth review).
+    # Signals between runs graded at once, none with an audit event: free blocks of the filesystem shared by their
+    # stdout files (statvfs: a program passed by reading a sibling's answers, twenty-third review), free memory (sysconf)
     for name in ("mkfifo", "mknod", "setsid", "setpgid", "setpgrp", "login_tty", "posix_fadvise", "preadv", "pwritev",
                  "memfd_create", "setpriority", "sched_setaffinity", "sched_setscheduler", "sched_setparam", "monitoring",
-                 "activate_stack_trampoline", "deactivate_stack_trampoline", "is_stack_trampoline_active"):
+                 "activate_stack_trampoline", "statvfs", "fstatvfs", "sysconf"):
         [delattr(m, name) for m in (os, sys.modules[os.name], sys) if hasattr(m, name)]
     # glibc's gettext (in _locale, no audit event) read .mo files anywhere and loaded the gconv library they named;
     # nis (refused above) sent network traffic (seventeenth review)
@@ -780,9 +787,9 @@ def _own_root() -> list[str]:
     hook (a CPython use-after-free undid it: nineteenth review); no network; its dir a fresh tmpfs, noexec (no file it
     writes can be loaded as code, the way two reviews' .so reached libcrypto), 64 MiB in all, gone with the run.
     Elsewhere the dir is a plain one, and the audit hook the only wall."""
-    failed = os.geteuid() or subprocess.run([*_ROOT[:6], "sh", "-c", "mount -t tmpfs r /tmp && mount -t tmpfs -o nr_inodes=8,"
-        "X-mount.mkdir x /tmp/a && mknod /tmp/n c 1 3 && setpriv --no-new-privs unshare -R / true"], capture_output=True).returncode
-    keep = ["/usr", "/bin", "/lib", "/lib64", "/etc", "/proc", *dict.fromkeys([sys.prefix, sys.base_prefix])]
+    failed = os.geteuid() or subprocess.run([*_ROOT[:6], "sh", "-c", "mount -t tmpfs -o nr_inodes=8 r /tmp && mount -t proc "
+        "-o X-mount.mkdir p /tmp/p && mknod /tmp/n c 1 3 && setpriv --no-new-privs unshare -R / true"], capture_output=True).returncode
+    keep = ["/usr", "/bin", "/lib", "/lib64", "/etc", *dict.fromkeys([sys.prefix, sys.base_prefix])]
     return [] if failed else [d for d in keep if os.path.exists(d)]  # not root: no probe (its unshare would fail)
 
 
@@ -794,8 +801,8 @@ def run_python(code: str, tests: str = "", *, setup: str = "", entry_point: str 
     if timeout <= 0:
         return ExecResult("timeout", None, "", "batch time budget spent", 0.0)
     cap, testing = OUTPUT_MB << 20, stdin is None
-    job = dict(mode="test" if testing else "io", setup=setup, code=code, depth=100, uid=1 << 30,
-               cpu=int(timeout) + 1, mem=memory_mb << 20, fsize=cap, name="solution" if testing else "__main__")
+    job = dict(mode="test" if testing else "io", setup=setup, code=code, depth=100, cpu=int(timeout) + 1, fsize=cap,
+               uid=(1 << 30) + threading.get_native_id(), mem=memory_mb << 20, name="solution" if testing else "__main__")
     # a solution under test is not __main__ (nor in HumanEval's or MBPP's harness): its `if __name__ == "__main__":`
     # tail (doctest.testmod(), unittest.main(), input()) does not run; all 1,138 references failed with a doctest
     # tail (twenty-second review). A script (io) is __main__
@@ -811,8 +818,8 @@ def run_python(code: str, tests: str = "", *, setup: str = "", entry_point: str 
             f.write(text.encode()), f.seek(0)
         if root:  # its own root (_own_root): the fstab of _ROOT's `mount -a` (a space in a path as \040)
             e, size = lambda p: p.translate({32: r"\040", 9: r"\011", 10: r"\012", 92: r"\134"}), 4 * OUTPUT_MB
-            lines = [f"root {e(work)} tmpfs mode=755,size=1m,nr_inodes=256", *(f"{e(d)} {e(work + d)} none rbind"
-                     for d in root), f"dev {e(work)}/dev tmpfs mode=755,size=4k,nr_inodes=8",
+            lines = [f"root {e(work)} tmpfs mode=755,size=1m,nr_inodes=256", f"proc {e(work)}/proc proc nosuid,nodev,noexec",
+                     *(f"{e(d)} {e(work + d)} none rbind" for d in root), f"dev {e(work)}/dev tmpfs mode=755,size=4k,nr_inodes=8",
                      f"box {e(work + work)} tmpfs noexec,nosuid,nodev,size={size}m,nr_inodes=16k,mode=700"]
             with open(os.path.join(top, "fstab"), "w") as f:
                 f.write("".join(line + ",X-mount.mkdir 0 0\n" for line in lines))

@@ -1156,7 +1156,7 @@ def test_a_run_leaves_nothing_in_tmp(tmp_path, monkeypatch):
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="runs drop to uids of their own only as root")
 def test_runs_at_once_have_uids_of_their_own():
-    """Each run its own uid (2^30 + its host pid), not one for all: with one, a run could signal the others
+    """Each run its own uid (2^30 + the caller's thread id), not one for all: with one, a run could signal the others
     (eighteenth review; its own PID namespace stops that too) and would share the kernel keyrings of that uid."""
     with ThreadPoolExecutor(4) as pool:
         rs = list(pool.map(lambda _: R.run_python("import os, time\ntime.sleep(0.5)\nprint(os.getuid())", stdin=""),
@@ -1182,6 +1182,28 @@ def test_a_run_cannot_kill_the_others_of_its_batch():
     assert out == [(0.0, "fail")] + [(1.0, "pass")] * 3, out
 
 
+def test_runs_graded_at_once_cannot_signal_to_each_other():
+    """Twenty-third review: a program that computed nothing passed whenever a correct one was graded beside it,
+    reading its answers from the free blocks of the filesystem their stdout files share (statvfs). A file lock on a
+    standard-library file (any run may read one) did the same with the review's fix alone. Neither has an audit event
+    but the lock's own: statvfs, fstatvfs and sysconf (free memory) are gone; locks refused. The previous code: the
+    listener passed."""
+    lock = "import fcntl, os, time\nf = open(os.__file__, 'rb')\n"
+    solver = lock + "fcntl.flock(f, fcntl.LOCK_EX)\ntime.sleep(1.5)\ndef add(a, b):\n    return a + b\n"
+    listener = lock + ("def add(a, b):\n    for _ in range(300):\n        try:\n"
+                       "            fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)\n            fcntl.flock(f, fcntl.LOCK_UN)\n"
+                       "        except PermissionError:\n            return 0\n        except OSError:\n"
+                       "            return 3\n        time.sleep(0.01)\n    return 0\n")
+    problem = {"task": "code", "prompt": "", "test_code": "assert add(1, 2) == 3", "entry_point": "add"}
+    assert R.grade([fence(listener), fence(solver)], [problem] * 2, max_workers=2)[0] == (0.0, "fail")
+    r = R.run_python("import fcntl, os\nprint([hasattr(os, n) for n in ('statvfs', 'fstatvfs', 'sysconf')])\n"
+                     "for f in (lambda: fcntl.flock(0, fcntl.LOCK_SH), lambda: os.lockf(1, os.F_TLOCK, 0),\n"
+                     "          lambda: fcntl.fcntl(1, fcntl.F_OFD_SETLK, bytes(32))):\n    try:\n        f()\n"
+                     "        print('ran')\n    except OSError as e:\n        print(e)\n", stdin="")
+    assert r.stdout.split("\n")[:4] == ["[False, False, False]", "sandbox: fcntl.flock", "sandbox: os.lockf",
+                                         "sandbox: fcntl.fcntl"], r
+
+
 @pytest.fixture
 def secret():
     """A world-readable file in a world-traversable dir outside the sandbox, like a data file of gold answers."""
@@ -1195,22 +1217,26 @@ def secret():
 
 
 @pytest.mark.skipif(not R._own_root(), reason="needs root, namespaces and mounts (unshare -m -n)")
-def test_a_run_sees_only_the_system_python_and_its_own_dir(secret):
+def test_a_run_sees_only_the_system_python_and_its_own_dir(secret, monkeypatch):
     """Where it can, the sandbox does not rest on the audit hook alone (a CPython bug undid it: nineteenth review):
     the run's root holds the system's and Python's dirs, /proc and its own dir, a fresh tmpfs, noexec (two reviews ran
     a .so the program wrote), 64 MiB in all; no network. Checked with calls the hook does not see (os.stat, listdir,
-    if_nameindex): the previous code showed the secret, /tmp's other files and the machine's network interfaces."""
+    if_nameindex): the previous code showed the secret, /tmp's other files and the machine's network interfaces.
+    os.statvfs is left to this program (it reads the mount's flags; deleted for programs: a signal between runs)."""
+    monkeypatch.setattr(R, "_HARNESS", R._HARNESS.replace('"statvfs", ', ""))
     r = R.run_python("import os, socket\nprint(bool(os.statvfs('.').f_flag & os.ST_NOEXEC))\nn = 0\nfor i in range(6):\n"
                      "    try:\n        open(str(i), 'wb').write(b'x' * (16 << 20))\n        n += 1\n"
                      "    except OSError:\n        break\nprint(n)\n"
                      "try:\n    os.stat(%r)\n    print('seen')\nexcept OSError:\n    print('unseen')\n"
                      "print(os.getpid(), os.stat('/proc/self/ns/ipc').st_ino, os.statvfs('.').f_files)\n"
+                     "print(len([p for p in os.listdir('/proc') if p.isdigit()]))\n"
                      "print(sorted(os.listdir('/')), os.listdir('/tmp'), [n for _, n in socket.if_nameindex()])" % secret,
                      stdin="", timeout=10)
-    noexec, files, seen, pid, ipc, inodes, rest = r.stdout.split(None, 6)
+    noexec, files, seen, pid, ipc, inodes, procs, rest = r.stdout.split(None, 7)
     # its own PID and IPC namespaces (twentieth review: a process outlived its run, queues kept notes), and at most
-    # 16k files (854k empty ones took 870 MB of kernel memory)
-    assert int(pid) < 10 and int(ipc) != os.stat("/proc/self/ns/ipc").st_ino and int(inodes) <= 16384, r
+    # 16k files (854k empty ones took 870 MB of kernel memory); a /proc of its own: no other run's pid (the exit of a
+    # process is a signal between runs: twenty-third review)
+    assert int(procs) <= 3 and int(pid) < 10 and int(ipc) != os.stat("/proc/self/ns/ipc").st_ino and int(inodes) <= 16384, r
     allowed = {"bin", "dev", "etc", "lib", "lib64", "proc", "usr", "tmp"} | {p.split("/")[1] for p in (sys.prefix, sys.base_prefix)}
     root, tmp, nets = eval(rest.replace("] [", "], [").join("()"))
     assert (noexec, files, seen) == ("True", "4", "unseen") and set(root) <= allowed and nets == ["lo"], r
