@@ -40,12 +40,12 @@ on its path) and a 2x memory limit. Guaranteed, each by an adversarial test:
   all, gone with the run; no_new_privs (setpriv: a set-uid program gives it nothing). So what the audit hook guards
   does not rest on it alone: a CPython use-after-free (pure Python, io.BufferedReader) gave a program memory access
   and it undid the hook, reading the data's gold solutions (nineteenth review); in its own root it finds none. Keep
-  gold data out of those dirs. It forks: the parent keeps the caller's identity and waits; the child
-  drops to a uid of its own (2^30 + the caller's thread id) when the caller is root, sets rlimits (CPU, memory, file size, NPROC 1,
+  gold data out of those dirs. It forks: the parent keeps the caller's identity and waits; the child drops to a uid
+  of its own (2^30 + the caller's thread id) when the caller is root, sets rlimits (CPU, memory, file size, NPROC 1,
   no core, 64 fds), installs an audit hook refusing kill, process creation, ctypes, sockets, sqlite, tracing, other
-  audit hooks, frame/gc introspection, changing the environment, file locks, nis (network), glibc's gettext, writing outside its
-  dir and reading outside it and the standard library (so not /proc, site-packages, the data's gold answers or other
-  runs' files), and more than 10,000 files written or dirs made. Its path checks resolve paths with C functions
+  audit hooks, frame/gc introspection, changing the environment, file locks, nis (network), glibc's gettext, writing
+  outside its dir and reading outside it and the standard library (so not /proc, site-packages, the data's gold
+  answers or other runs' files), and more than 10,000 files written or dirs made. Its path checks resolve paths with C functions
   bound before the program runs and accept exact str / bytes only. The hook's own state (its closure) must stay out
   of reach: a refused call's traceback holds the hook's frame (frames are refused: sys._getframe, tracebacks',
   generators', gc.set_debug removed), and a signal handler's frame argument led to the main thread's (the program
@@ -86,7 +86,8 @@ NOT supported / NOT protected against (run large-scale untrusted code in a conta
   also stop; and AF_VSOCK sockets (not network-namespaced) can be made, reaching the hypervisor on a VM.
 - Runs graded at the same time (one grade() call) share the machine: statvfs, fstatvfs and sysconf (free blocks
   of the filesystem their stdout files share, free memory: a program computing nothing passed beside a correct one
-  that signalled its answers, twenty-third review) are deleted and file locks refused, and in its own root a run sees
+  that signalled its answers, twenty-third review) and os.pipe / pipe2 (a pipe's inode number comes from a kernel-wide
+  counter: twenty-fourth review) are deleted and file locks refused, and in its own root a run sees
   no other's pids; the CPU they share remains a slow channel (a program can time its own speed while another burns
   CPU). Only a sibling that solves the problem can send; grade(..., max_workers=1) closes it.
 - A correct program writing more than 64 MiB in all fails in its own root (the tmpfs's size), not without it.
@@ -588,10 +589,12 @@ def _sandbox_main():
     # constants hold the expected answers (the GPU machine's Python 3.12 has it: a test's program passed; CI's 3.11 not);
     # the perf trampoline (3.12+: C code wrote /tmp/perf-PID.map, never removed, notes across runs: nineteenth review).
     # Signals between runs graded at once, none with an audit event: free blocks of the filesystem shared by their
-    # stdout files (statvfs: a program passed by reading a sibling's answers, twenty-third review), free memory (sysconf)
+    # stdout files (statvfs: a program passed by reading a sibling's answers, twenty-third review), free memory
+    # (sysconf), a kernel-wide counter of inode numbers (a burst of pipes a sibling sees in its own pipes' inode
+    # numbers: twenty-fourth review, 28/28 passes beside a solver)
     for name in ("mkfifo", "mknod", "setsid", "setpgid", "setpgrp", "login_tty", "posix_fadvise", "preadv", "pwritev",
                  "memfd_create", "setpriority", "sched_setaffinity", "sched_setscheduler", "sched_setparam", "monitoring",
-                 "activate_stack_trampoline", "statvfs", "fstatvfs", "sysconf"):
+                 "activate_stack_trampoline", "statvfs", "fstatvfs", "sysconf", "pipe", "pipe2"):
         [delattr(m, name) for m in (os, sys.modules[os.name], sys) if hasattr(m, name)]
     # glibc's gettext (in _locale, no audit event) read .mo files anywhere and loaded the gconv library they named;
     # nis (refused above) sent network traffic (seventeenth review)

@@ -333,6 +333,8 @@ MUTANTS = [
      ids("test_rewards.py", "test_runs_graded_at_once_cannot_signal_to_each_other")),
     ("file-locks-allowed", "rewards.py", "_sandbox_main", '"socket.", "fcntl."', '"socket."',
      ids("test_rewards.py", "test_runs_graded_at_once_cannot_signal_to_each_other")),
+    ("pipes-left-to-the-program", "rewards.py", "_sandbox_main", '"sysconf", "pipe", "pipe2"', '"sysconf"',
+     ids("test_rewards.py", "test_runs_graded_at_once_cannot_signal_to_each_other")),
     ("lockf-allowed", "rewards.py", "_sandbox_main", "os.unsetenv os.lockf", "os.unsetenv",
      ids("test_rewards.py", "test_runs_graded_at_once_cannot_signal_to_each_other")),
     ("root-shows-the-host-proc", "rewards.py", "run_python", 'f"proc {e(work)}/proc proc nosuid,nodev,noexec"',

@@ -1187,7 +1187,8 @@ def test_runs_graded_at_once_cannot_signal_to_each_other():
     reading its answers from the free blocks of the filesystem their stdout files share (statvfs). A file lock on a
     standard-library file (any run may read one) did the same with the review's fix alone. Neither has an audit event
     but the lock's own: statvfs, fstatvfs and sysconf (free memory) are gone; locks refused. The previous code: the
-    listener passed."""
+    listener passed. os.pipe and pipe2 are gone too: a pipe's inode number comes from a kernel-wide counter, and a
+    burst of pipes made by a solver could be read in a listener's own pipes (twenty-fourth review)."""
     lock = "import fcntl, os, time\nf = open(os.__file__, 'rb')\n"
     solver = lock + "fcntl.flock(f, fcntl.LOCK_EX)\ntime.sleep(1.5)\ndef add(a, b):\n    return a + b\n"
     listener = lock + ("def add(a, b):\n    for _ in range(300):\n        try:\n"
@@ -1196,11 +1197,11 @@ def test_runs_graded_at_once_cannot_signal_to_each_other():
                        "            return 3\n        time.sleep(0.01)\n    return 0\n")
     problem = {"task": "code", "prompt": "", "test_code": "assert add(1, 2) == 3", "entry_point": "add"}
     assert R.grade([fence(listener), fence(solver)], [problem] * 2, max_workers=2)[0] == (0.0, "fail")
-    r = R.run_python("import fcntl, os\nprint([hasattr(os, n) for n in ('statvfs', 'fstatvfs', 'sysconf')])\n"
+    r = R.run_python("import fcntl, os\nprint([hasattr(os, n) for n in ('statvfs', 'fstatvfs', 'sysconf', 'pipe', 'pipe2')])\n"
                      "for f in (lambda: fcntl.flock(0, fcntl.LOCK_SH), lambda: os.lockf(1, os.F_TLOCK, 0),\n"
                      "          lambda: fcntl.fcntl(1, fcntl.F_OFD_SETLK, bytes(32))):\n    try:\n        f()\n"
                      "        print('ran')\n    except OSError as e:\n        print(e)\n", stdin="")
-    assert r.stdout.split("\n")[:4] == ["[False, False, False]", "sandbox: fcntl.flock", "sandbox: os.lockf",
+    assert r.stdout.split("\n")[:4] == ["[False, False, False, False, False]", "sandbox: fcntl.flock", "sandbox: os.lockf",
                                          "sandbox: fcntl.fcntl"], r
 
 
