@@ -87,9 +87,11 @@ NOT supported / NOT protected against (run large-scale untrusted code in a conta
 - Runs graded at the same time (one grade() call) share the machine: statvfs, fstatvfs and sysconf (free blocks
   of the filesystem their stdout files share, free memory: a program computing nothing passed beside a correct one
   that signalled its answers, twenty-third review) and os.pipe / pipe2 (a pipe's inode number comes from a kernel-wide
-  counter: twenty-fourth review) are deleted and file locks refused, and in its own root a run sees
-  no other's pids; the CPU they share remains a slow channel (a program can time its own speed while another burns
-  CPU). Only a sibling that solves the problem can send; grade(..., max_workers=1) closes it.
+  counter: twenty-fourth review) are deleted and file locks refused, and in its own root a run sees no other's
+  pids. Other such channels surely remain (the CPU they share: a program can time its own speed while another burns
+  CPU), so grade() never runs two programs of one problem (the same tests) at once: a sibling beside it solves
+  another problem, whose answers are no use to it. This costs parallelism only when a call has fewer distinct
+  problems than workers. Two grade() calls at once (two processes) are not kept apart.
 - A correct program writing more than 64 MiB in all fails in its own root (the tmpfs's size), not without it.
 - Without its own root (not root, or no namespaces): network is refused only by the audit hook, disk use is
   bounded per file (16 MiB) and by the 10,000-file cap only, so a run can fill the disk for its few seconds, and a
@@ -916,19 +918,23 @@ def _safe(check, *args) -> tuple[float, str]:
 def grade(completions: list[str], problems: list[dict], max_workers: int | None = None,
           total_timeout: float | None = None) -> list[tuple[float, str]]:
     """(reward, status) per item, dispatched on problem["task"]. Programs run in parallel (max_workers, default
-    one per CPU); a program not finished within total_timeout seconds of the call scores 0 with 'timeout'."""
+    one per CPU), but never two of one problem (same tests) at once; a program not finished within total_timeout
+    seconds of the call scores 0 with 'timeout'."""
     if len(completions) != len(problems):
         raise ValueError(f"{len(completions)} completions for {len(problems)} problems")
     if bad := {p.get("task") for p in problems} - {"math", "code"}:
         raise ValueError(f"unknown task(s) {bad}: expected 'math' or 'code'")
     deadline = None if total_timeout is None else time.monotonic() + total_timeout
-    results: list = [None] * len(problems)
+    # One problem's programs run one after another (other problems' beside them): two programs of one problem at once
+    # could signal its answers to each other through what the machine shares (free blocks, file locks, inode numbers:
+    # twenty-third and twenty-fourth reviews; the CPU), so that one computing nothing passed beside one solving it
+    same: dict = {}  # the code items' indices by their tests
+    [same.setdefault(json.dumps([p.get("test_code"), p.get("io_tests")], default=str), []).append(i)
+     for i, p in enumerate(problems) if p["task"] == "code"]
     with ThreadPoolExecutor(max_workers or len(os.sched_getaffinity(0))) as pool:
-        futures = {i: pool.submit(_safe, code_check, c, p, deadline)
-                   for i, (c, p) in enumerate(zip(completions, problems)) if p["task"] == "code"}
-        for i, (c, p) in enumerate(zip(completions, problems)):  # math is cheap: here, while programs run
-            if p["task"] == "math":
-                results[i] = _safe(math_check, c, p["answer"])
-        for i, f in futures.items():
-            results[i] = f.result()
-    return results
+        futures = {pool.submit(lambda ix: [_safe(code_check, completions[i], problems[i], deadline) for i in ix], ix): ix
+                   for ix in same.values()}
+        maths = [_safe(math_check, c, p["answer"]) if p["task"] == "math" else None  # cheap: while programs run
+                 for c, p in zip(completions, problems)]
+        code = {i: r for f, ix in futures.items() for i, r in zip(ix, f.result())}
+    return [code.get(i, m) for i, m in enumerate(maths)]

@@ -1205,6 +1205,26 @@ def test_runs_graded_at_once_cannot_signal_to_each_other():
                                          "sandbox: fcntl.fcntl"], r
 
 
+def test_programs_of_one_problem_never_run_at_once(monkeypatch):
+    """The channel class of the twenty-third and twenty-fourth reviews (a listener computing nothing read a solving
+    sibling's answers through something the machine shares; the CPU they share is one no deletion closes) needs the
+    two at once: grade() runs one problem's programs one after another, other problems' beside them. The previous
+    code ran them all at once (4 of one problem here)."""
+    live, most, lock = {}, [], threading.Lock()
+    def check(completion, problem, deadline=None):
+        with lock:
+            live[problem["test_code"]] = live.get(problem["test_code"], 0) + 1
+            most.append((max(live.values()), sum(live.values())))
+        time.sleep(0.05)
+        with lock:
+            live[problem["test_code"]] -= 1
+        return 1.0, "pass"
+    monkeypatch.setattr(R, "code_check", check)
+    problems = [{"task": "code", "test_code": f"assert f() == {k}"} for k in range(3) for _ in range(4)]
+    assert R.grade(["x"] * 12, problems, max_workers=6) == [(1.0, "pass")] * 12
+    assert max(m for m, _ in most) == 1 and max(n for _, n in most) == 3, most  # one each, three problems at once
+
+
 @pytest.fixture
 def secret():
     """A world-readable file in a world-traversable dir outside the sandbox, like a data file of gold answers."""
