@@ -1196,7 +1196,8 @@ def test_runs_graded_at_once_cannot_signal_to_each_other():
                        "        except PermissionError:\n            return 0\n        except OSError:\n"
                        "            return 3\n        time.sleep(0.01)\n    return 0\n")
     problem = {"task": "code", "prompt": "", "test_code": "assert add(1, 2) == 3", "entry_point": "add"}
-    assert R.grade([fence(listener), fence(solver)], [problem] * 2, max_workers=2)[0] == (0.0, "fail")
+    other = {**problem, "test_code": "assert add(2, 2) == 4"}  # another problem: grade() runs the two at once
+    assert R.grade([fence(listener), fence(solver)], [problem, other], max_workers=2)[0] == (0.0, "fail")
     r = R.run_python("import fcntl, os\nprint([hasattr(os, n) for n in ('statvfs', 'fstatvfs', 'sysconf', 'pipe', 'pipe2')])\n"
                      "for f in (lambda: fcntl.flock(0, fcntl.LOCK_SH), lambda: os.lockf(1, os.F_TLOCK, 0),\n"
                      "          lambda: fcntl.fcntl(1, fcntl.F_OFD_SETLK, bytes(32))):\n    try:\n        f()\n"
