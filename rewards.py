@@ -131,8 +131,7 @@ class _Undecided(Exception):
 
 def _arg(s: str, i: int) -> tuple[str, int]:
     """One LaTeX argument at s[i:]: a {group}, a \\command or a single character."""
-    while i < len(s) and s[i] == " ":
-        i += 1
+    i = len(s) - len(s[i:].lstrip(" "))  # past the spaces
     if i >= len(s):
         raise ValueError(s)
     if s[i] == "{":
@@ -328,8 +327,7 @@ class _Sympy:
         poll = select.poll()  # not select(): the caller may hold fds numbered past 1024
         poll.register(self.proc.stdout, select.POLLIN)
         if not poll.poll(timeout * 1000):
-            self.proc.kill()
-            self.proc.wait()
+            self.proc.kill(), self.proc.wait()
             self.proc = None
             raise _Undecided("sympy timed out")
         return self.proc.stdout.readline().strip()
@@ -532,10 +530,10 @@ def _sandbox_main():
                 or args[1] is not None and not readable(resolve(args[1]))):  # from the standard library's files
             raise PermissionError("sandbox: " + event)
         # frames: a traceback of a refused call holds this hook's frame, whose locals lead to its closure's cells
-        if event == "sys._getframe" or event == "object.__getattr__" and args[1] in ("tb_frame", "gi_frame", "cr_frame",
-                                                                                   "ag_frame"):
+        if event == "sys._getframe" or event == "object.__getattr__" and args[1] in ("tb_frame", "gi_frame", "cr_frame", "ag_frame"):
             # ValueError for sys._getframe: namedtuple, typing and enum tolerate it there
             raise (ValueError if event == "sys._getframe" else AttributeError)("sandbox: no frames")
+        writes = event in ("os.mkdir", "os.link")  # or an open for writing, below
         if event == "open" and type(args[0]) is not int:
             writes = (type(args[1]) is str and any(c in args[1] for c in "wax+")) or (args[2] or 0) & wflags
             # inside the work dir (or the dir itself: tempfile.TemporaryFile opens it with O_TMPFILE, and correct
@@ -546,16 +544,14 @@ def _sandbox_main():
             if not (inside(p) or p + "/" == work or not writes and (readable(p) or p == "/dev/urandom")
                     and not S_ISDIR(stat(args[0]).st_mode)):
                 raise PermissionError("sandbox: open " + p)
-            # files written and dirs made: at most 10,000, so the cleanup's walk stays short (fifteenth review: it
-            # took 19 s, outside the run's time limit, for 158k dirs)
-            if writes and (made.append(1) or len(made) > 10_000):
-                raise PermissionError("sandbox: over 10,000 files written or dirs made")
         elif (n := path_events.get(event)) is not None:  # n: how many dir_fd arguments end its args
             if any(type(a) not in not_paths and not inside(resolve(a)) for a in args) or \
                     any(a not in (None, -1) for a in args[len(args) - n:] if n):
                 raise PermissionError("sandbox: " + event)
-            if event in ("os.mkdir", "os.link") and (made.append(1) or len(made) > 10_000):
-                raise PermissionError("sandbox: over 10,000 files written or dirs made")
+        # files written and dirs made (once allowed): at most 10,000, so the cleanup's walk stays short (fifteenth
+        # review: it took 19 s, outside the run's time limit, for 158k dirs)
+        if writes and (made.append(1) or len(made) > 10_000):
+            raise PermissionError("sandbox: over 10,000 files written or dirs made")
     # The program runs in a second thread (_program): Python refuses it signal handlers, whose frame argument led
     # back to this frame, whose locals (the hook's closure) the program could then rewrite; that thread's frames
     # lead nowhere. SIGINT (the only signal whose default runs Python code here: KeyboardInterrupt) is ignored.
@@ -826,13 +822,12 @@ def run_python(code: str, tests: str = "", *, setup: str = "", entry_point: str 
               prefix=_ROOT if root else (), argv=[work])  # the work dir on its command line: strays are found by it
         if testing:  # the judge: not forked from the program's process, holding none of its fds but the pipes
             start(_JUDGE, fds[1:3], stdin=files[3], stdout=files[4], stderr=files[4])
-        [os.close(fd) for fd in fds]
-        fds, pidfd, poll = [], os.pidfd_open(procs[-1].pid), select.poll()  # the judge's when testing
-        try:  # the wall clock; the process groups are killed below either way
-            poll.register(pidfd, select.POLLIN)
-            exited = bool(poll.poll(timeout * 1000))
-        finally:
-            os.close(pidfd)
+        while fds:  # each removed as it is closed: the finally below must not close a number another run reuses
+            os.close(fds.pop())
+        fds.append(os.pidfd_open(procs[-1].pid))  # the judge's when testing, closed by the finally below
+        poll = select.poll()
+        poll.register(fds[0], select.POLLIN)
+        exited = bool(poll.poll(timeout * 1000))  # the wall clock; the process groups are killed below either way
         for p in procs:
             with contextlib.suppress(ProcessLookupError):  # before reaping the leader, so the group id cannot be reused
                 os.killpg(p.pid, signal.SIGKILL)
@@ -855,8 +850,8 @@ def run_python(code: str, tests: str = "", *, setup: str = "", entry_point: str 
         kept = _remove(top)
     if kept:  # the program made its dir unremovable: no reward, and the caller is told
         return ExecResult("error", rc, out, err + "\nsandbox: could not remove " + top, time.monotonic() - t0)
-    timed_out = not exited or rc == 128 + signal.SIGXCPU
-    status = "timeout" if timed_out else "pass" if verdict == 0 else "fail"  # tests: the judge's verdict only
+    # tests: the judge's verdict only
+    status = "timeout" if not exited or rc == 128 + signal.SIGXCPU else "pass" if verdict == 0 else "fail"
     return ExecResult(status, rc, out, err, time.monotonic() - t0)
 
 
@@ -912,13 +907,9 @@ def grade(completions: list[str], problems: list[dict], max_workers: int | None 
     if bad := {p.get("task") for p in problems} - {"math", "code"}:
         raise ValueError(f"unknown task(s) {bad}: expected 'math' or 'code'")
     deadline = None if total_timeout is None else time.monotonic() + total_timeout
-    results: list = [None] * len(problems)
     with ThreadPoolExecutor(max_workers or len(os.sched_getaffinity(0))) as pool:
         futures = {i: pool.submit(_safe, code_check, c, p, deadline)
                    for i, (c, p) in enumerate(zip(completions, problems)) if p["task"] == "code"}
-        for i, (c, p) in enumerate(zip(completions, problems)):  # math is cheap: here, while programs run
-            if p["task"] == "math":
-                results[i] = _safe(math_check, c, p["answer"])
-        for i, f in futures.items():
-            results[i] = f.result()
-    return results
+        scored = {i: _safe(math_check, c, p["answer"])  # math is cheap: here, while programs run
+                  for i, (c, p) in enumerate(zip(completions, problems)) if p["task"] == "math"}
+        return [scored[i] if i in scored else futures[i].result() for i in range(len(problems))]

@@ -200,7 +200,7 @@ MUTANTS = [
     ("last-boxed-takes-first-box", "rewards.py", "last_boxed",
      'text.rfind("\\\\boxed")', 'text.find("\\\\boxed")', REWARDS),
     ("grade-sends-math-to-code-checker", "rewards.py", "grade",
-     'if p["task"] == "math":', 'if p["task"] == "code":', REWARDS),
+     'if p["task"] == "math"}', 'if p["task"] == "code"}', REWARDS),
     # rewards.py, issue 14: the holes a policy used (or could use) to score 1 without solving
     ("infinity-equals-anything", "rewards.py", "_sympy_worker", "return x == y", "return True", REWARDS_GAMED),
     ("tolerance-with-absolute-floor", "rewards.py", "_sympy_worker",
@@ -290,7 +290,7 @@ MUTANTS = [
     ("no-cap-on-files-written", "rewards.py", "_sandbox_main", "if writes and (made.append(1) or len(made) > 10_000):",
      "if False:", ids("test_rewards.py", "test_a_run_leaves_nothing_in_tmp")),
     ("no-cap-on-dirs-made", "rewards.py", "_sandbox_main",
-     'if event in ("os.mkdir", "os.link") and (made.append(1) or len(made) > 10_000):', "if False:",
+     'writes = event in ("os.mkdir", "os.link")', "writes = False",
      ids("test_rewards.py", "test_a_run_leaves_nothing_in_tmp")),
     # the sixteenth review: the environment changeable (OPENSSL_CONF made libcrypto load the program's .so), other
     # runs reniced or pinned to one CPU
