@@ -450,6 +450,7 @@ class ExecResult:
 def _sandbox_main():
     import _imp, _signal, _stat, _thread, gc, json, os, resource, sys  # no ctypes
     job_fd, req_fd, resp_fd = map(int, sys.argv[1:4])
+    sys.argv[:] = ["solution.py"]  # as `python solution.py` would show it (fileinput reads files named there)
     with open(job_fd) as f:
         job = json.load(f)
     sys.path[:] = [p for p in sys.path if p]  # the standard library only: not the cwd (the program could plant math.py
@@ -598,6 +599,7 @@ def _program(job, go, req_fd, resp_fd):  # the program's thread: nothing of the 
     import builtins, json, os, sys
     go.acquire()
     status, g, (enc, dec) = 1, {"__name__": job["name"], "__builtins__": builtins}, _wire(job["depth"])
+    builtins.exit = builtins.quit = sys.exit  # site's (python -S has none): a script's exit() ends it as in Python
     try:
         for name in "setup", "code":
             exec(compile(job[name], "<%s>" % name, "exec"), g)

@@ -1304,6 +1304,17 @@ def test_a_solution_with_a_main_block_is_judged_as_a_module():
     assert R.run_python("if __name__ == '__main__':\n    print(input())", stdin="x").stdout == "x\n"
 
 
+def test_a_script_sees_exit_quit_and_an_argv_of_its_own():
+    """`python -S` has no site, so no exit() / quit(), and sys.argv held the harness's fds, so fileinput tried to open
+    them: correct scripts scored 0 (twenty-second review). A script's argv is as `python solution.py` shows it."""
+    problem = {"task": "code", "prompt": "", "io_tests": [{"input": "3 4\n", "output": "7"}]}
+    for code in ("a, b = map(int, input().split())\nprint(a + b)\nexit()", "print(sum(map(int, input().split())))\nquit(0)",
+                 "import fileinput\nfor line in fileinput.input():\n    print(sum(map(int, line.split())))",
+                 "import sys\nassert sys.argv == ['solution.py']\nprint(7)"):
+        assert R.code_check(fence(code), problem) == (1.0, "pass"), code
+    assert R.run_python("exit(3)", stdin="").returncode == 3
+
+
 def test_every_io_case_runs(monkeypatch):
     calls = []
     def fake(code, tests="", *, stdin=None, **kw):
