@@ -524,12 +524,14 @@ def _sandbox_main():
                    "os.rename": 2, "os.link": 2, "os.truncate": 0, "shutil.rmtree": 1, "os.setxattr": 0, "os.removexattr": 0}
     wflags, not_paths = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC, (int, tuple, type(None))
     made = []  # one item per file written or dir made
-    def hook(event, args, any=any, str=str, int=int, len=len, type=type, PermissionError=PermissionError,
-             ValueError=ValueError, AttributeError=AttributeError, S_ISDIR=_stat.S_ISDIR):
+    def hook(event, args, any=any, str=str, int=int, len=len, type=type, PermissionError=PermissionError, ValueError=ValueError,
+             AttributeError=AttributeError, ModuleNotFoundError=ModuleNotFoundError, S_ISDIR=_stat.S_ISDIR):
         if event in deny or event.startswith(("ctypes.", "socket.")) or event == "import" and (  # by a plain str name,
                 type(args[0]) is not str or any(unsafe(part) for part in args[0].split("."))  # a native module only
                 or args[1] is not None and not readable(resolve(args[1]))):  # from the standard library's files
-            raise PermissionError("sandbox: " + event)
+            # a refused import as a missing module, so `try: import ssl / except ImportError:` goes on without it. Still
+            # refused (the hook's raise refuses it, whatever the class); a fallback is another import, checked again
+            raise (ModuleNotFoundError if event == "import" else PermissionError)("sandbox: " + event)
         # frames: a traceback of a refused call holds this hook's frame, whose locals lead to its closure's cells
         if event == "sys._getframe" or event == "object.__getattr__" and args[1] in ("tb_frame", "gi_frame", "cr_frame", "ag_frame"):
             # ValueError for sys._getframe: namedtuple, typing and enum tolerate it there

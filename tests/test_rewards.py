@@ -1315,6 +1315,17 @@ def test_a_script_sees_exit_quit_and_an_argv_of_its_own():
     assert R.run_python("exit(3)", stdin="").returncode == 3
 
 
+def test_a_refused_import_is_a_missing_module():
+    """A refused import raised PermissionError, so `try: import ssl / except ImportError:` fallbacks (ftplib, smtplib,
+    dbm's, a program's own) failed (twenty-second review). It raises ModuleNotFoundError now, and is still refused,
+    on a second try too."""
+    code = ("ok = []\nfor name in ('ssl', 'ctypes', '_ctypes', 'mmap', '_posixsubprocess', 'readline', 'ctypes'):\n"
+            "    try:\n        __import__(name)\n    except ModuleNotFoundError:\n        ok.append(name)\n"
+            "import ftplib, smtplib\nprint(len(ok))")
+    r = R.run_python(code, stdin="")
+    assert (r.status, r.stdout) == ("pass", "7\n"), r.stderr
+
+
 def test_every_io_case_runs(monkeypatch):
     calls = []
     def fake(code, tests="", *, stdin=None, **kw):
