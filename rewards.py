@@ -598,7 +598,7 @@ def _sandbox_main():
 def _program(job, go, req_fd, resp_fd):  # the program's thread: nothing of the sandbox among its locals or args
     """Setup and program (a script in io mode), then (tests) their top-level names served to the judge, a request a
     line. Nothing here is trusted (the program may rebind all of it): the judge decides, from the values it decodes."""
-    import builtins, json, os, sys
+    import atexit, builtins, json, os, sys
     go.acquire()
     status, g, (enc, dec) = 1, {"__name__": job["name"], "__builtins__": builtins}, _wire(job["depth"])
     builtins.exit = builtins.quit = sys.exit  # site's (python -S has none): a script's exit() ends it as in Python
@@ -623,8 +623,9 @@ def _program(job, go, req_fd, resp_fd):  # the program's thread: nothing of the 
     except BaseException as e:  # noqa: B036 (its traceback cannot be printed: frames are refused)
         sys.stderr.write("program: %s\n" % type(e).__name__)
     finally:
-        try:
-            sys.stdout.flush(), sys.stderr.flush()
+        try:  # as Python's exit: the program's atexit functions (their errors printed, the status kept), then its
+            # files flushed, the original stdout too (fast-output templates swap sys.stdout and write there at exit)
+            atexit._run_exitfuncs(), sys.stdout.flush(), sys.__stdout__.flush(), sys.stderr.flush()
         finally:
             os._exit(status)
 

@@ -1326,6 +1326,17 @@ def test_a_refused_import_is_a_missing_module():
     assert (r.status, r.stdout) == ("pass", "7\n"), r.stderr
 
 
+def test_a_scripts_atexit_functions_run_and_are_printed():
+    """The harness ends with os._exit: atexit functions never ran, and a fast-output template (sys.stdout swapped for
+    a buffer, written to the original at exit) printed nothing (twenty-second review)."""
+    code = ("import atexit, io, sys\n_out, sys.stdout = sys.stdout, io.StringIO()\n"
+            "atexit.register(lambda: _out.write(sys.stdout.getvalue()))\nprint(sum(map(int, input().split())))")
+    problem = {"task": "code", "prompt": "", "io_tests": [{"input": "3 4\n", "output": "7"}]}
+    assert R.code_check(fence(code), problem) == (1.0, "pass")
+    r = R.run_python("import atexit, sys\natexit.register(sys.exit, 3)\natexit.register(print, 'bye')", stdin="")
+    assert (r.returncode, r.stdout) == (0, "bye\n")  # as in Python: an atexit function does not change the status
+
+
 def test_every_io_case_runs(monkeypatch):
     calls = []
     def fake(code, tests="", *, stdin=None, **kw):
