@@ -448,7 +448,7 @@ class ExecResult:
 # and it runs in a second thread, where Python refuses to install signal handlers (a handler's frame argument
 # would lead back to these frames); frames are otherwise refused by the audit hook.
 def _sandbox_main():
-    import _imp, _signal, _stat, _thread, gc, json, os, resource, sys  # no ctypes
+    import _imp, _signal, _stat, _thread, gc, json, os, resource, sys, traceback  # no ctypes
     job_fd, req_fd, resp_fd = map(int, sys.argv[1:4])
     sys.argv[:] = ["solution.py"]  # as `python solution.py` would show it (fileinput reads files named there)
     with open(job_fd) as f:
@@ -591,6 +591,10 @@ def _sandbox_main():
     [delattr(loc, name) for name in ("bindtextdomain", "bind_textdomain_codeset", "textdomain", "gettext", "dgettext",
                                      "dcgettext") if hasattr(loc, name)]
     del gc.set_debug, _imp.create_builtin
+    # traceback.print_exc / format_exc and logging.exception walk a traceback's frames, which are refused (the hook's
+    # own frame is in a refused call's): they print the exception alone, as for an empty traceback (3.12+ also read
+    # the last frame's names for a NameError's suggestion)
+    traceback.walk_tb = traceback._walk_tb_with_full_positions = traceback._compute_suggestion_error = lambda *a: ()
     go.release()
     wait.acquire()  # forever (nothing can interrupt it: no signal has a Python handler): the program's thread ends it
 

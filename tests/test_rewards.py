@@ -1337,6 +1337,19 @@ def test_a_scripts_atexit_functions_run_and_are_printed():
     assert (r.returncode, r.stdout) == (0, "bye\n")  # as in Python: an atexit function does not change the status
 
 
+def test_traceback_printing_works_without_frames():
+    """traceback.print_exc() (and logging.exception) read a traceback's frames, which the sandbox refuses: they raised
+    AttributeError and correct programs scored 0 (twenty-second review). They print the exception alone now; the
+    frames stay out of reach."""
+    code = ("import logging, traceback\nfor f in (lambda: 1 / 0, lambda: undefined_name):\n    try:\n        f()\n"
+            "    except Exception:\n        traceback.print_exc()\n        logging.exception('x')\n"
+            "        text = traceback.format_exc()\ntry:\n    1 / 0\nexcept ZeroDivisionError as e:\n    try:\n"
+            "        e.__traceback__.tb_frame\n    except AttributeError:\n        print(text.strip())")
+    r = R.run_python(code, stdin="")
+    assert (r.status, r.stdout) == ("pass", "NameError: name 'undefined_name' is not defined\n"), r.stderr
+    assert "ZeroDivisionError: division by zero" in r.stderr
+
+
 def test_every_io_case_runs(monkeypatch):
     calls = []
     def fake(code, tests="", *, stdin=None, **kw):
