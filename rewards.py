@@ -647,6 +647,15 @@ def _wire(depth, handle=None):
              "iter": iter, "complex": lambda v: complex(*v), "dict": dict, "OrderedDict": collections.OrderedDict,
              "Counter": lambda v: collections.Counter(dict(v))}
     names = {t: k for k, t in kinds.items()} | {collections.defaultdict: "dict", collections.Counter: "Counter", complex: "complex"}
+    # A subclass of a plain type overriding none of what a test's ==, hash, truth, len, `in` and iteration use (a
+    # namedtuple, an IntEnum, a str subclass; not an always-equal int) crosses as the plain value it holds, read by the
+    # plain type's own method; a bytearray as bytes (== alike). Exact: a plain value is what Python compared there.
+    # (This side is the program's, so no wall: it could send any plain value itself; the judge decodes fresh ones)
+    held = {int: int.__int__, float: float.__float__, str: str.__str__, bytes: bytes.__bytes__, bytearray: bytes,
+            tuple: lambda x: tuple.__add__((), x)}
+    uses = "__eq__ __ne__ __lt__ __le__ __gt__ __ge__ __hash__ __bool__ __len__ __contains__ __iter__ __getitem__".split()
+    plain = lambda t, b: issubclass(t, b) and all(getattr(b, m, None) is next(  # each found first in t's MRO where b has it
+        (c.__dict__[m] for c in t.__mro__ if m in c.__dict__), None) for m in uses)
     parse, table, handles = {tag: f for tag, _, f in atoms.values()}, [], {}
     def enc(x, d=0):
         t, k = type(x), names.get(type(x))
@@ -660,6 +669,8 @@ def _wire(depth, handle=None):
             # generator: its first items (not a file: it is one too)
             items = x.items() if k in ("dict", "OrderedDict", "Counter") else [x.real, x.imag] if t is complex else x
             return [k or "iter", [enc(v, d + 1) for v in itertools.islice(items, 100_000 if k is None else None)]]
+        if (b := next((b for b in held if plain(t, b)), None)) is not None:
+            return enc(held[b](x), d)
         if handle is None:
             table.append(x)
         elif t is not handle:

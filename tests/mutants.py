@@ -213,6 +213,8 @@ MUTANTS = [
     # the judge process: the tests see only plain values it decoded, handles, the real builtins, the setup's helpers
     ("handles-compare-equal", "rewards.py", "_judge_main", 'raise TypeError("a value of the program\'s own class")',
      "return True", REWARDS_SANDBOX),
+    ("overriding-subclass-crosses-as-plain", "rewards.py", "_wire", "for m in uses)", "for m in ())",
+     ids("test_rewards.py", "test_adversary_always_equal_objects", "test_values_of_plain_subclasses_cross_as_plain_values")),
     ("program-runs-in-the-judge", "rewards.py", "run_python", "judge_job = dict(setup=setup,",
      'judge_job = dict(setup=setup + "\\n" + code,', REWARDS_SANDBOX),
     ("judge-raises-any-exception-it-is-told", "rewards.py", "_judge_main", "issubclass(kind, Exception)",

@@ -1350,6 +1350,25 @@ def test_traceback_printing_works_without_frames():
     assert "ZeroDivisionError: division by zero" in r.stderr
 
 
+def test_values_of_plain_subclasses_cross_as_plain_values():
+    """A namedtuple, an IntEnum, a str subclass or a bytearray crossed as a handle, which compares with nothing:
+    correct functions returning one scored 0 (twenty-second review). A subclass of int, float, str, bytes or tuple
+    that overrides none of what ==, hash, truth, len, `in` and iteration use crosses as the plain value it holds; one
+    that does stays a handle (an always-equal int: test_adversary_always_equal_objects)."""
+    prog = ("import collections, enum, typing\nP = collections.namedtuple('P', 'x y')\nclass Q(typing.NamedTuple):\n"
+            "    x: int\nclass C(enum.IntEnum):\n    A = 3\nclass S(str):\n    pass\nclass F(float):\n    pass\n"
+            "class L(tuple):\n    def __len__(self):\n        return 0\n"
+            "def f(k):\n    return [P(1, 2), [Q(1)], C.A, S('ab'), bytearray(b'ab'), F(0.5), True, b'x'][k]\n"
+            "def g():\n    return L((1, 2))\n")
+    tests = ("assert f(0) == (1, 2) and f(1) == [(1,)] and f(2) == 3 and f(3) == 'ab' and f(4) == b'ab'\n"
+             "assert f(5) == 0.5 and f(6) is True and f(7) == b'x' and type(f(0)) is tuple and type(f(2)) is int\n"
+             "assert g() == (1, 2)")  # L overrides __len__: a handle, which compares with nothing
+    problem = {"task": "code", "prompt": "", "test_code": tests}
+    assert R.code_check(fence(prog), problem) == (0.0, "fail")
+    problem["test_code"] = tests.rsplit("\n", 1)[0]
+    assert R.code_check(fence(prog), problem) == (1.0, "pass")
+
+
 def test_every_io_case_runs(monkeypatch):
     calls = []
     def fake(code, tests="", *, stdin=None, **kw):
