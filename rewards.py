@@ -18,8 +18,10 @@ here, not forked from it; no program code ever runs in it) runs the problem's se
 use that neither the setup nor builtins define (and the entry point) is fetched from the program (but a standard
 library module, which the judge imports itself: the program's `sys` would answer for sys.getsizeof): a plain value
 (tagged JSON of exact built-in types: None, bool, int, float, complex, str, bytes, list, tuple, set, frozenset,
-dict, OrderedDict, Counter, deque; an iterator as its first 100,000 items), decoded by the judge into fresh objects
-(bounded size and nesting, never eval or pickle), or a handle to any other object: calling it, getting or setting
+dict, OrderedDict, Counter, deque; an iterator as its first 100,000 items; a subclass of int, float, str, bytes or
+tuple that overrides none of what ==, hash, truth, len, `in` and iteration use, such as a namedtuple or an IntEnum, as
+the plain value it holds; a bytearray as bytes), decoded by the judge into fresh objects (bounded size and nesting,
+never eval or pickle), or a handle to any other object: calling it, getting or setting
 its attributes runs in the program's process; it compares with nothing and has no truth value. Its exceptions come
 back by the name of their built-in class (else Exception; never SystemExit / KeyboardInterrupt / StopIteration).
 Pass: the judge exits 0 after every test ran. A failing assert is recorded (its message not run) and the tests go
@@ -29,9 +31,11 @@ taught a program that computed nothing MBPP's hidden answers). The judge runs wi
 on its path) and a 2x memory limit. Guaranteed, each by an adversarial test:
 - Nothing the program does in its process reaches the verdict: a StopIteration re-raised into the tests' map or
   filter (it arrives as Exception), finalizers or gc callbacks running in the harness's frame, impostor dict keys,
-  always-equal objects or int subclasses (they cross as handles), rebound builtins (the judge's are its own; only
-  the entry point may be named like one), redefined setup helpers (the judge runs the setup), exiting 0 before the
-  tests (the judge first waits for the program to run to its end).
+  always-equal objects or int subclasses overriding a comparison (they cross as handles), rebound builtins (the
+  judge's are its own; only the entry point may be named like one), redefined setup helpers (the judge runs the
+  setup), exiting 0 before the tests (the judge first waits for the program to run to its end). Values are encoded
+  in the program's process, which trusts nothing there (the program may rebind what the encoder uses, and could send
+  any plain value itself): the judge decodes fresh ones.
 - The sandbox, per run: `python -S` in its own session, temp dir and scrubbed environment, killed with its process
   group at the time limit (the judge's too). As root where namespaces and mounts are allowed (unshare -m -n -i -p),
   the run has its own root, network, IPC and PIDs (its processes die with it): it sees the system's dirs (/usr,
@@ -45,19 +49,23 @@ on its path) and a 2x memory limit. Guaranteed, each by an adversarial test:
   no core, 64 fds), installs an audit hook refusing kill, process creation, ctypes, sockets, sqlite, tracing, other
   audit hooks, frame/gc introspection, changing the environment, nis (network), glibc's gettext, writing outside its
   dir and reading outside it and the standard library (so not /proc, site-packages, the data's gold answers or other
-  runs' files), and more than 10,000 files written or dirs made. Its path checks resolve paths with C functions
-  bound before the program runs and accept exact str / bytes only. The hook's own state (its closure) must stay out
-  of reach: a refused call's traceback holds the hook's frame (frames are refused: sys._getframe, tracebacks',
-  generators', gc.set_debug removed), and a signal handler's frame argument led to the main thread's (the program
-  runs in a second thread, where Python refuses signal handlers; the main thread only waits and ignores SIGINT). The
-  routes to the process's memory are refused too: ctypes, _testcapi, /proc, os.open relative to a dir_fd, building
-  or unmarshalling code objects.
+  runs' files), and more than 10,000 files written or dirs made (a refused import raises ModuleNotFoundError, so a
+  `try: import ssl / except ImportError:` fallback goes on; the fallback is another import, checked). Its path
+  checks resolve paths with C functions bound before the program runs and accept exact str / bytes only. The hook's
+  own state (its closure) must stay out of reach: a refused call's traceback holds the hook's frame (frames are
+  refused: sys._getframe, tracebacks', generators', gc.set_debug removed; traceback.print_exc and logging.exception
+  print the exception without its frames), and a signal handler's frame argument led to the main thread's (the
+  program runs in a second thread, where Python refuses signal handlers; the main thread only waits and ignores
+  SIGINT). The routes to the process's memory are refused too: ctypes, _testcapi, /proc, os.open relative to a
+  dir_fd, building or unmarshalling code objects.
 - The caller compares stdin/stdout tests itself and kills the process groups; malformed problems never pass.
 
 NOT supported / NOT protected against (run large-scale untrusted code in a container or VM):
 - Tests that need the program's objects by value: comparing two objects of the program's classes, mutating an
   argument in place and checking it (the program gets a copy), a program global changed by a later call (fetched
   once, before the tests), a defaultdict (arrives as a dict), iterators past 100,000 items, nesting past 100 levels.
+  A Fraction, Decimal, dict view, range or IntFlag returned crosses as a handle (compares with nothing), and so does
+  a namedtuple or IntEnum a test reads fields of (it arrives as a plain tuple / int: no .x, no .name).
 - A memory-safety bug of CPython or of an extension module the program may import escapes the audit hook (one is
   public: the nineteenth review's use-after-free). Without its own root (not root, or no namespaces) the program
   can then read what its uid can (the data's gold answers, if world-readable), and use the network; in its own root,
@@ -92,7 +100,10 @@ NOT supported / NOT protected against (run large-scale untrusted code in a conta
 Cost of the memory guards: a program importing anything outside the standard library fails (site-packages are not
 on its path, and native modules load only from the standard library's files), and so does one importing subprocess or
 asyncio (their _posixsubprocess starts processes with no audit event; RLIMIT_NPROC 1 alone stopped that: as root
-only because the program runs as another user).
+only because the program runs as another user), and one starting a thread (RLIMIT_NPROC 1 again: the competitive-
+programming idiom threading.Thread(target=main).start() for deep recursion fails; raising the limit would need the
+run's own PID namespace, and without root it is the caller's uid, already over any small limit). A script sees
+exit() / quit() (as sys.exit), sys.argv == ['solution.py'], and its atexit functions run at its end (in its thread).
 Needs Linux >= 5.3 (pidfd) and sympy (a dependency of torch).
 Tests: python -m pytest -q tests/test_rewards.py; throughput: python bench/rewards.py.
 """
