@@ -69,9 +69,8 @@ def _parse_row(row: dict) -> tuple[str, dict]:
         # the prompt shows the first test only: with every test in view, a table of the asserts' inputs passes
         # them all, and a policy learns that instead of the task (the built-in problems show 2 of 5 likewise)
         p = {"task": "code", "prompt": f"{_text(row, 'text')}\nYour code should pass tests like this one:\n\n"
-             f"{tests[0].strip()}", "test_code": (setup + "\n" if setup.strip() else "") + asserts}
-        if isinstance(row.get("code"), str):
-            p["solution"] = row["code"].replace("\r\n", "\n")
+             f"{tests[0].strip()}", "test_code": (setup + "\n" if setup.strip() else "") + asserts,
+             **({"solution": row["code"].replace("\r\n", "\n")} if isinstance(row.get("code"), str) else {})}
         # the entry point: the first function the tests call that the reference defines (it may be named like a
         # builtin, as mbpp-126's `sum`: only it may shadow one in the tests), else the first non-builtin one
         called = [n.func.id for n in ast.walk(ast.parse(asserts)) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)]
@@ -109,10 +108,8 @@ def _parse_row(row: dict) -> tuple[str, dict]:
         fmt = "GSM8K" if "####" in str(row["answer"]) else "question/answer"
         return fmt, {"task": "math", "prompt": _text(row, "question"), "answer": _math_answer(row["answer"])}
     if "problem" in keys and ("answer" in keys or "solution" in keys):
-        if (answer := row.get("answer")) is None:
-            if last_boxed(_text(row, "solution")) is None:
-                raise ValueError("field 'solution' has no \\boxed{} answer")
-            answer = row["solution"]
+        if (answer := row.get("answer")) is None and last_boxed(answer := _text(row, "solution")) is None:
+            raise ValueError("field 'solution' has no \\boxed{} answer")
         return "MATH", {"task": "math", "prompt": _text(row, "problem"), "answer": _math_answer(answer)}
     if "prompt" in keys and ("solution" in keys or "reward_model" in keys):
         gold = row["solution"] if "solution" in keys else (row["reward_model"] or {}).get("ground_truth")

@@ -18,8 +18,10 @@ here, not forked from it; no program code ever runs in it) runs the problem's se
 use that neither the setup nor builtins define (and the entry point) is fetched from the program (but a standard
 library module, which the judge imports itself: the program's `sys` would answer for sys.getsizeof): a plain value
 (tagged JSON of exact built-in types: None, bool, int, float, complex, str, bytes, list, tuple, set, frozenset,
-dict, OrderedDict, Counter, deque; an iterator as its first 100,000 items), decoded by the judge into fresh objects
-(bounded size and nesting, never eval or pickle), or a handle to any other object: calling it, getting or setting
+dict, OrderedDict, Counter, deque; an iterator as its first 100,000 items; a subclass of int, float, str, bytes or
+tuple that overrides none of what ==, hash, truth, len, `in` and iteration use, such as a namedtuple or an IntEnum, as
+the plain value it holds; a bytearray as bytes), decoded by the judge into fresh objects (bounded size and nesting,
+never eval or pickle), or a handle to any other object: calling it, getting or setting
 its attributes runs in the program's process; it compares with nothing and has no truth value. Its exceptions come
 back by the name of their built-in class (else Exception; never SystemExit / KeyboardInterrupt / StopIteration).
 Pass: the judge exits 0 after every test ran. A failing assert is recorded (its message not run) and the tests go
@@ -29,9 +31,11 @@ taught a program that computed nothing MBPP's hidden answers). The judge runs wi
 on its path) and a 2x memory limit. Guaranteed, each by an adversarial test:
 - Nothing the program does in its process reaches the verdict: a StopIteration re-raised into the tests' map or
   filter (it arrives as Exception), finalizers or gc callbacks running in the harness's frame, impostor dict keys,
-  always-equal objects or int subclasses (they cross as handles), rebound builtins (the judge's are its own; only
-  the entry point may be named like one), redefined setup helpers (the judge runs the setup), exiting 0 before the
-  tests (the judge first waits for the program to run to its end).
+  always-equal objects or int subclasses overriding a comparison (they cross as handles), rebound builtins (the
+  judge's are its own; only the entry point may be named like one), redefined setup helpers (the judge runs the
+  setup), exiting 0 before the tests (the judge first waits for the program to run to its end). Values are encoded
+  in the program's process, which trusts nothing there (the program may rebind what the encoder uses, and could send
+  any plain value itself): the judge decodes fresh ones.
 - The sandbox, per run: `python -S` in its own session, temp dir and scrubbed environment, killed with its process
   group at the time limit (the judge's too). As root where namespaces and mounts are allowed (unshare -m -n -i -p),
   the run has its own root, network, IPC and PIDs (its processes die with it): it sees the system's dirs (/usr,
@@ -43,21 +47,25 @@ on its path) and a 2x memory limit. Guaranteed, each by an adversarial test:
   gold data out of those dirs. It forks: the parent keeps the caller's identity and waits; the child drops to a uid
   of its own (2^30 + the caller's thread id) when the caller is root, sets rlimits (CPU, memory, file size, NPROC 1,
   no core, 64 fds), installs an audit hook refusing kill, process creation, ctypes, sockets, sqlite, tracing, other
-  audit hooks, frame/gc introspection, changing the environment, file locks, nis (network), glibc's gettext, writing
-  outside its dir and reading outside it and the standard library (so not /proc, site-packages, the data's gold
-  answers or other runs' files), and more than 10,000 files written or dirs made. Its path checks resolve paths with C functions
-  bound before the program runs and accept exact str / bytes only. The hook's own state (its closure) must stay out
-  of reach: a refused call's traceback holds the hook's frame (frames are refused: sys._getframe, tracebacks',
-  generators', gc.set_debug removed), and a signal handler's frame argument led to the main thread's (the program
-  runs in a second thread, where Python refuses signal handlers; the main thread only waits and ignores SIGINT). The
-  routes to the process's memory are refused too: ctypes, _testcapi, /proc, os.open relative to a dir_fd, building
-  or unmarshalling code objects.
+  audit hooks, frame/gc introspection, changing the environment, file locks, nis (network), glibc's gettext,
+  writing outside its dir and reading outside it and the standard library (so not /proc, site-packages, the data's
+  gold answers or other runs' files), and more than 10,000 files written or dirs made (a refused import raises ModuleNotFoundError, so a
+  `try: import ssl / except ImportError:` fallback goes on; the fallback is another import, checked). Its path
+  checks resolve paths with C functions bound before the program runs and accept exact str / bytes only. The hook's
+  own state (its closure) must stay out of reach: a refused call's traceback holds the hook's frame (frames are
+  refused: sys._getframe, tracebacks', generators', gc.set_debug removed; traceback.print_exc and logging.exception
+  print the exception without its frames), and a signal handler's frame argument led to the main thread's (the
+  program runs in a second thread, where Python refuses signal handlers; the main thread only waits and ignores
+  SIGINT). The routes to the process's memory are refused too: ctypes, _testcapi, /proc, os.open relative to a
+  dir_fd, building or unmarshalling code objects.
 - The caller compares stdin/stdout tests itself and kills the process groups; malformed problems never pass.
 
 NOT supported / NOT protected against (run large-scale untrusted code in a container or VM):
 - Tests that need the program's objects by value: comparing two objects of the program's classes, mutating an
   argument in place and checking it (the program gets a copy), a program global changed by a later call (fetched
   once, before the tests), a defaultdict (arrives as a dict), iterators past 100,000 items, nesting past 100 levels.
+  A Fraction, Decimal, dict view, range or IntFlag returned crosses as a handle (compares with nothing), and so does
+  a namedtuple or IntEnum a test reads fields of (it arrives as a plain tuple / int: no .x, no .name).
 - A memory-safety bug of CPython or of an extension module the program may import escapes the audit hook (one is
   public: the nineteenth review's use-after-free). Without its own root (not root, or no namespaces) the program
   can then read what its uid can (the data's gold answers, if world-readable), and use the network; in its own root,
@@ -100,7 +108,10 @@ NOT supported / NOT protected against (run large-scale untrusted code in a conta
 Cost of the memory guards: a program importing anything outside the standard library fails (site-packages are not
 on its path, and native modules load only from the standard library's files), and so does one importing subprocess or
 asyncio (their _posixsubprocess starts processes with no audit event; RLIMIT_NPROC 1 alone stopped that: as root
-only because the program runs as another user).
+only because the program runs as another user), and one starting a thread (RLIMIT_NPROC 1 again: the competitive-
+programming idiom threading.Thread(target=main).start() for deep recursion fails; raising the limit would need the
+run's own PID namespace, and without root it is the caller's uid, already over any small limit). A script sees
+exit() / quit() (as sys.exit), sys.argv == ['solution.py'], and its atexit functions run at its end (in its thread).
 Needs Linux >= 5.3 (pidfd) and sympy (a dependency of torch).
 Tests: python -m pytest -q tests/test_rewards.py; throughput: python bench/rewards.py.
 """
@@ -139,8 +150,7 @@ class _Undecided(Exception):
 
 def _arg(s: str, i: int) -> tuple[str, int]:
     """One LaTeX argument at s[i:]: a {group}, a \\command or a single character."""
-    while i < len(s) and s[i] == " ":
-        i += 1
+    i = len(s) - len(s[i:].lstrip(" "))  # past the spaces
     if i >= len(s):
         raise ValueError(s)
     if s[i] == "{":
@@ -336,8 +346,7 @@ class _Sympy:
         poll = select.poll()  # not select(): the caller may hold fds numbered past 1024
         poll.register(self.proc.stdout, select.POLLIN)
         if not poll.poll(timeout * 1000):
-            self.proc.kill()
-            self.proc.wait()
+            self.proc.kill(), self.proc.wait()
             self.proc = None
             raise _Undecided("sympy timed out")
         return self.proc.stdout.readline().strip()
@@ -458,8 +467,9 @@ class ExecResult:
 # and it runs in a second thread, where Python refuses to install signal handlers (a handler's frame argument
 # would lead back to these frames); frames are otherwise refused by the audit hook.
 def _sandbox_main():
-    import _imp, _signal, _stat, _thread, gc, json, os, resource, sys  # no ctypes
+    import _imp, _signal, _stat, _thread, gc, json, os, resource, sys, traceback  # no ctypes
     job_fd, req_fd, resp_fd = map(int, sys.argv[1:4])
+    sys.argv[:] = ["solution.py"]  # as `python solution.py` would show it (fileinput reads files named there)
     with open(job_fd) as f:
         job = json.load(f)
     sys.path[:] = [p for p in sys.path if p]  # the standard library only: not the cwd (the program could plant math.py
@@ -477,7 +487,7 @@ def _sandbox_main():
         for m in list(sys.modules.values()):             # packages already imported (collections, encodings)
             if isinstance(getattr(m, "__path__", None), list):
                 m.__path__[:] = [via(p) for p in m.__path__]
-        # a uid of its own (2^30 + its pid: unique while it runs), not nobody: as nobody every run could signal the
+        # a uid of its own (job["uid"]: unique while it runs), not nobody: as nobody every run could signal the
         # others (pidfd, or SIGIO by F_SETOWN), and one program failed every correct one of its batch (eighteenth
         # review)
         uid = job["uid"]  # 2^30 + the caller's thread id (a run's own /proc shows no host pid): unique while it runs
@@ -533,17 +543,19 @@ def _sandbox_main():
                    "os.rename": 2, "os.link": 2, "os.truncate": 0, "shutil.rmtree": 1, "os.setxattr": 0, "os.removexattr": 0}
     wflags, not_paths = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC, (int, tuple, type(None))
     made = []  # one item per file written or dir made
-    def hook(event, args, any=any, str=str, int=int, len=len, type=type, PermissionError=PermissionError,
-             ValueError=ValueError, AttributeError=AttributeError, S_ISDIR=_stat.S_ISDIR):
-        if event in deny or event.startswith(("ctypes.", "socket.", "fcntl.")) or event == "import" and (  # a str name,
+    def hook(event, args, any=any, str=str, int=int, len=len, type=type, PermissionError=PermissionError, ValueError=ValueError,
+             AttributeError=AttributeError, ModuleNotFoundError=ModuleNotFoundError, S_ISDIR=_stat.S_ISDIR):
+        if event in deny or event.startswith(("ctypes.", "socket.", "fcntl.")) or event == "import" and (  # by a plain str name,
                 type(args[0]) is not str or any(unsafe(part) for part in args[0].split("."))  # a native module only
                 or args[1] is not None and not readable(resolve(args[1]))):  # from the standard library's files
-            raise PermissionError("sandbox: " + event)
+            # a refused import as a missing module, so `try: import ssl / except ImportError:` goes on without it. Still
+            # refused (the hook's raise refuses it, whatever the class); a fallback is another import, checked again
+            raise (ModuleNotFoundError if event == "import" else PermissionError)("sandbox: " + event)
         # frames: a traceback of a refused call holds this hook's frame, whose locals lead to its closure's cells
-        if event == "sys._getframe" or event == "object.__getattr__" and args[1] in ("tb_frame", "gi_frame", "cr_frame",
-                                                                                   "ag_frame"):
+        if event == "sys._getframe" or event == "object.__getattr__" and args[1] in ("tb_frame", "gi_frame", "cr_frame", "ag_frame"):
             # ValueError for sys._getframe: namedtuple, typing and enum tolerate it there
             raise (ValueError if event == "sys._getframe" else AttributeError)("sandbox: no frames")
+        writes = event in ("os.mkdir", "os.link")  # or an open for writing, below
         if event == "open" and type(args[0]) is not int:
             writes = (type(args[1]) is str and any(c in args[1] for c in "wax+")) or (args[2] or 0) & wflags
             # inside the work dir (or the dir itself: tempfile.TemporaryFile opens it with O_TMPFILE, and correct
@@ -554,16 +566,14 @@ def _sandbox_main():
             if not (inside(p) or p + "/" == work or not writes and (readable(p) or p == "/dev/urandom")
                     and not S_ISDIR(stat(args[0]).st_mode)):
                 raise PermissionError("sandbox: open " + p)
-            # files written and dirs made: at most 10,000, so the cleanup's walk stays short (fifteenth review: it
-            # took 19 s, outside the run's time limit, for 158k dirs)
-            if writes and (made.append(1) or len(made) > 10_000):
-                raise PermissionError("sandbox: over 10,000 files written or dirs made")
         elif (n := path_events.get(event)) is not None:  # n: how many dir_fd arguments end its args
             if any(type(a) not in not_paths and not inside(resolve(a)) for a in args) or \
                     any(a not in (None, -1) for a in args[len(args) - n:] if n):
                 raise PermissionError("sandbox: " + event)
-            if event in ("os.mkdir", "os.link") and (made.append(1) or len(made) > 10_000):
-                raise PermissionError("sandbox: over 10,000 files written or dirs made")
+        # files written and dirs made (once allowed): at most 10,000, so the cleanup's walk stays short (fifteenth
+        # review: it took 19 s, outside the run's time limit, for 158k dirs)
+        if writes and (made.append(1) or len(made) > 10_000):
+            raise PermissionError("sandbox: over 10,000 files written or dirs made")
     # The program runs in a second thread (_program): Python refuses it signal handlers, whose frame argument led
     # back to this frame, whose locals (the hook's closure) the program could then rewrite; that thread's frames
     # lead nowhere. SIGINT (the only signal whose default runs Python code here: KeyboardInterrupt) is ignored.
@@ -604,6 +614,10 @@ def _sandbox_main():
     [delattr(loc, name) for name in ("bindtextdomain", "bind_textdomain_codeset", "textdomain", "gettext", "dgettext",
                                      "dcgettext") if hasattr(loc, name)]
     del gc.set_debug, _imp.create_builtin
+    # traceback.print_exc / format_exc and logging.exception walk a traceback's frames, which are refused (the hook's
+    # own frame is in a refused call's): they print the exception alone, as for an empty traceback (3.12+ also read
+    # the last frame's names for a NameError's suggestion)
+    traceback.walk_tb = traceback._walk_tb_with_full_positions = traceback._compute_suggestion_error = lambda *a: ()
     go.release()
     wait.acquire()  # forever (nothing can interrupt it: no signal has a Python handler): the program's thread ends it
 
@@ -611,9 +625,10 @@ def _sandbox_main():
 def _program(job, go, req_fd, resp_fd):  # the program's thread: nothing of the sandbox among its locals or args
     """Setup and program (a script in io mode), then (tests) their top-level names served to the judge, a request a
     line. Nothing here is trusted (the program may rebind all of it): the judge decides, from the values it decodes."""
-    import builtins, json, os, sys
+    import atexit, builtins, json, os, sys
     go.acquire()
     status, g, (enc, dec) = 1, {"__name__": job["name"], "__builtins__": builtins}, _wire(job["depth"])
+    builtins.exit = builtins.quit = sys.exit  # site's (python -S has none): a script's exit() ends it as in Python
     try:
         for name in "setup", "code":
             exec(compile(job[name], "<%s>" % name, "exec"), g)
@@ -635,8 +650,9 @@ def _program(job, go, req_fd, resp_fd):  # the program's thread: nothing of the 
     except BaseException as e:  # noqa: B036 (its traceback cannot be printed: frames are refused)
         sys.stderr.write("program: %s\n" % type(e).__name__)
     finally:
-        try:
-            sys.stdout.flush(), sys.stderr.flush()
+        try:  # as Python's exit: the program's atexit functions (their errors printed, the status kept), then its
+            # files flushed, the original stdout too (fast-output templates swap sys.stdout and write there at exit)
+            atexit._run_exitfuncs(), sys.stdout.flush(), sys.__stdout__.flush(), sys.stderr.flush()
         finally:
             os._exit(status)
 
@@ -654,6 +670,15 @@ def _wire(depth, handle=None):
              "iter": iter, "complex": lambda v: complex(*v), "dict": dict, "OrderedDict": collections.OrderedDict,
              "Counter": lambda v: collections.Counter(dict(v))}
     names = {t: k for k, t in kinds.items()} | {collections.defaultdict: "dict", collections.Counter: "Counter", complex: "complex"}
+    # A subclass of a plain type overriding none of what a test's ==, hash, truth, len, `in` and iteration use (a
+    # namedtuple, an IntEnum, a str subclass; not an always-equal int) crosses as the plain value it holds, read by the
+    # plain type's own method; a bytearray as bytes (== alike). Exact: a plain value is what Python compared there.
+    # (This side is the program's, so no wall: it could send any plain value itself; the judge decodes fresh ones)
+    held = {int: int.__int__, float: float.__float__, str: str.__str__, bytes: bytes.__bytes__, bytearray: bytes,
+            tuple: lambda x: tuple.__add__((), x)}
+    uses = "__eq__ __ne__ __lt__ __le__ __gt__ __ge__ __hash__ __bool__ __len__ __contains__ __iter__ __getitem__".split()
+    plain = lambda t, b: issubclass(t, b) and all(getattr(b, m, None) is next(  # each found first in t's MRO where b has it
+        (c.__dict__[m] for c in t.__mro__ if m in c.__dict__), None) for m in uses)
     parse, table, handles = {tag: f for tag, _, f in atoms.values()}, [], {}
     def enc(x, d=0):
         t, k = type(x), names.get(type(x))
@@ -667,6 +692,8 @@ def _wire(depth, handle=None):
             # generator: its first items (not a file: it is one too)
             items = x.items() if k in ("dict", "OrderedDict", "Counter") else [x.real, x.imag] if t is complex else x
             return [k or "iter", [enc(v, d + 1) for v in itertools.islice(items, 100_000 if k is None else None)]]
+        if (b := next((b for b in held if plain(t, b)), None)) is not None:
+            return enc(held[b](x), d)
         if handle is None:
             table.append(x)
         elif t is not handle:
@@ -838,13 +865,12 @@ def run_python(code: str, tests: str = "", *, setup: str = "", entry_point: str 
               prefix=_ROOT if root else (), argv=[work])  # the work dir on its command line: strays are found by it
         if testing:  # the judge: not forked from the program's process, holding none of its fds but the pipes
             start(_JUDGE, fds[1:3], stdin=files[3], stdout=files[4], stderr=files[4])
-        [os.close(fd) for fd in fds]
-        fds, pidfd, poll = [], os.pidfd_open(procs[-1].pid), select.poll()  # the judge's when testing
-        try:  # the wall clock; the process groups are killed below either way
-            poll.register(pidfd, select.POLLIN)
-            exited = bool(poll.poll(timeout * 1000))
-        finally:
-            os.close(pidfd)
+        while fds:  # each removed as it is closed: the finally below must not close a number another run reuses
+            os.close(fds.pop())
+        fds.append(os.pidfd_open(procs[-1].pid))  # the judge's when testing, closed by the finally below
+        poll = select.poll()
+        poll.register(fds[0], select.POLLIN)
+        exited = bool(poll.poll(timeout * 1000))  # the wall clock; the process groups are killed below either way
         for p in procs:
             with contextlib.suppress(ProcessLookupError):  # before reaping the leader, so the group id cannot be reused
                 os.killpg(p.pid, signal.SIGKILL)
@@ -867,8 +893,8 @@ def run_python(code: str, tests: str = "", *, setup: str = "", entry_point: str 
         kept = _remove(top)
     if kept:  # the program made its dir unremovable: no reward, and the caller is told
         return ExecResult("error", rc, out, err + "\nsandbox: could not remove " + top, time.monotonic() - t0)
-    timed_out = not exited or rc == 128 + signal.SIGXCPU
-    status = "timeout" if timed_out else "pass" if verdict == 0 else "fail"  # tests: the judge's verdict only
+    # tests: the judge's verdict only
+    status = "timeout" if not exited or rc == 128 + signal.SIGXCPU else "pass" if verdict == 0 else "fail"
     return ExecResult(status, rc, out, err, time.monotonic() - t0)
 
 
@@ -932,9 +958,8 @@ def grade(completions: list[str], problems: list[dict], max_workers: int | None 
     [same.setdefault(json.dumps([p.get("test_code"), p.get("io_tests")], default=str), []).append(i)
      for i, p in enumerate(problems) if p["task"] == "code"]
     with ThreadPoolExecutor(max_workers or len(os.sched_getaffinity(0))) as pool:
-        futures = {pool.submit(lambda ix: [_safe(code_check, completions[i], problems[i], deadline) for i in ix], ix): ix
-                   for ix in same.values()}
-        maths = [_safe(math_check, c, p["answer"]) if p["task"] == "math" else None  # cheap: while programs run
-                 for c, p in zip(completions, problems)]
-        code = {i: r for f, ix in futures.items() for i, r in zip(ix, f.result())}
-    return [code.get(i, m) for i, m in enumerate(maths)]
+        runs = pool.map(lambda ix: [(i, _safe(code_check, completions[i], problems[i], deadline)) for i in ix], same.values())
+        scored = {i: _safe(math_check, c, p["answer"])  # math is cheap: here, while programs run
+                  for i, (c, p) in enumerate(zip(completions, problems)) if p["task"] == "math"}
+        scored.update(r for rs in runs for r in rs)
+        return [scored[i] for i in range(len(problems))]

@@ -200,7 +200,7 @@ MUTANTS = [
     ("last-boxed-takes-first-box", "rewards.py", "last_boxed",
      'text.rfind("\\\\boxed")', 'text.find("\\\\boxed")', REWARDS),
     ("grade-sends-math-to-code-checker", "rewards.py", "grade",
-     'if p["task"] == "math":', 'if p["task"] == "code":', REWARDS),
+     'if p["task"] == "math"}', 'if p["task"] == "code"}', REWARDS),
     # rewards.py, issue 14: the holes a policy used (or could use) to score 1 without solving
     ("infinity-equals-anything", "rewards.py", "_sympy_worker", "return x == y", "return True", REWARDS_GAMED),
     ("tolerance-with-absolute-floor", "rewards.py", "_sympy_worker",
@@ -213,6 +213,8 @@ MUTANTS = [
     # the judge process: the tests see only plain values it decoded, handles, the real builtins, the setup's helpers
     ("handles-compare-equal", "rewards.py", "_judge_main", 'raise TypeError("a value of the program\'s own class")',
      "return True", REWARDS_SANDBOX),
+    ("overriding-subclass-crosses-as-plain", "rewards.py", "_wire", "for m in uses)", "for m in ())",
+     ids("test_rewards.py", "test_adversary_always_equal_objects", "test_values_of_plain_subclasses_cross_as_plain_values")),
     ("program-runs-in-the-judge", "rewards.py", "run_python", "judge_job = dict(setup=setup,",
      'judge_job = dict(setup=setup + "\\n" + code,', REWARDS_SANDBOX),
     ("judge-raises-any-exception-it-is-told", "rewards.py", "_judge_main", "issubclass(kind, Exception)",
@@ -232,6 +234,9 @@ MUTANTS = [
      "            p = os.path.realpath(args[0])\n", SANDBOX_ESCAPES),
     ("marshal-load-allowed", "rewards.py", "_sandbox_main", '"marshal.loads marshal.load ', '"marshal.loads ',
      ids("test_rewards.py", "test_adversary_reads_its_memory_for_the_token")),
+    ("refused-import-not-an-importerror", "rewards.py", "_sandbox_main",
+     '(ModuleNotFoundError if event == "import" else PermissionError)', "PermissionError",
+     ids("test_rewards.py", "test_a_refused_import_is_a_missing_module")),
     ("tcl-importable", "rewards.py", "_sandbox_main", '"_tkinter", "_ssl", "mmap", "nis", "spwd")', '"_ssl", "mmap", "nis", "spwd")', SANDBOX_ESCAPES),
     ("gc-set-debug-kept", "rewards.py", "_sandbox_main", "del gc.set_debug, _imp.create_builtin", "pass", SANDBOX_ESCAPES),
     ("import-name-via-str", "rewards.py", "_sandbox_main",
@@ -290,7 +295,7 @@ MUTANTS = [
     ("no-cap-on-files-written", "rewards.py", "_sandbox_main", "if writes and (made.append(1) or len(made) > 10_000):",
      "if False:", ids("test_rewards.py", "test_a_run_leaves_nothing_in_tmp")),
     ("no-cap-on-dirs-made", "rewards.py", "_sandbox_main",
-     'if event in ("os.mkdir", "os.link") and (made.append(1) or len(made) > 10_000):', "if False:",
+     'writes = event in ("os.mkdir", "os.link")', "writes = False",
      ids("test_rewards.py", "test_a_run_leaves_nothing_in_tmp")),
     # the sixteenth review: the environment changeable (OPENSSL_CONF made libcrypto load the program's .so), other
     # runs reniced or pinned to one CPU

@@ -1352,6 +1352,71 @@ def test_a_solution_with_a_main_block_is_judged_as_a_module():
     assert R.run_python("if __name__ == '__main__':\n    print(input())", stdin="x").stdout == "x\n"
 
 
+def test_a_script_sees_exit_quit_and_an_argv_of_its_own():
+    """`python -S` has no site, so no exit() / quit(), and sys.argv held the harness's fds, so fileinput tried to open
+    them: correct scripts scored 0 (twenty-second review). A script's argv is as `python solution.py` shows it."""
+    problem = {"task": "code", "prompt": "", "io_tests": [{"input": "3 4\n", "output": "7"}]}
+    for code in ("a, b = map(int, input().split())\nprint(a + b)\nexit()", "print(sum(map(int, input().split())))\nquit(0)",
+                 "import fileinput\nfor line in fileinput.input():\n    print(sum(map(int, line.split())))",
+                 "import sys\nassert sys.argv == ['solution.py']\nprint(7)"):
+        assert R.code_check(fence(code), problem) == (1.0, "pass"), code
+    assert R.run_python("exit(3)", stdin="").returncode == 3
+
+
+def test_a_refused_import_is_a_missing_module():
+    """A refused import raised PermissionError, so `try: import ssl / except ImportError:` fallbacks (ftplib, smtplib,
+    dbm's, a program's own) failed (twenty-second review). It raises ModuleNotFoundError now, and is still refused,
+    on a second try too."""
+    code = ("ok = []\nfor name in ('ssl', 'ctypes', '_ctypes', 'mmap', '_posixsubprocess', 'readline', 'ctypes'):\n"
+            "    try:\n        __import__(name)\n    except ModuleNotFoundError:\n        ok.append(name)\n"
+            "import ftplib, smtplib\nprint(len(ok))")
+    r = R.run_python(code, stdin="")
+    assert (r.status, r.stdout) == ("pass", "7\n"), r.stderr
+
+
+def test_a_scripts_atexit_functions_run_and_are_printed():
+    """The harness ends with os._exit: atexit functions never ran, and a fast-output template (sys.stdout swapped for
+    a buffer, written to the original at exit) printed nothing (twenty-second review)."""
+    code = ("import atexit, io, sys\n_out, sys.stdout = sys.stdout, io.StringIO()\n"
+            "atexit.register(lambda: _out.write(sys.stdout.getvalue()))\nprint(sum(map(int, input().split())))")
+    problem = {"task": "code", "prompt": "", "io_tests": [{"input": "3 4\n", "output": "7"}]}
+    assert R.code_check(fence(code), problem) == (1.0, "pass")
+    r = R.run_python("import atexit, sys\natexit.register(sys.exit, 3)\natexit.register(print, 'bye')", stdin="")
+    assert (r.returncode, r.stdout) == (0, "bye\n")  # as in Python: an atexit function does not change the status
+
+
+def test_traceback_printing_works_without_frames():
+    """traceback.print_exc() (and logging.exception) read a traceback's frames, which the sandbox refuses: they raised
+    AttributeError and correct programs scored 0 (twenty-second review). They print the exception alone now; the
+    frames stay out of reach."""
+    code = ("import logging, traceback\nfor f in (lambda: 1 / 0, lambda: undefined_name):\n    try:\n        f()\n"
+            "    except Exception:\n        traceback.print_exc()\n        logging.exception('x')\n"
+            "        text = traceback.format_exc()\ntry:\n    1 / 0\nexcept ZeroDivisionError as e:\n    try:\n"
+            "        e.__traceback__.tb_frame\n    except AttributeError:\n        print(text.strip())")
+    r = R.run_python(code, stdin="")
+    assert (r.status, r.stdout) == ("pass", "NameError: name 'undefined_name' is not defined\n"), r.stderr
+    assert "ZeroDivisionError: division by zero" in r.stderr
+
+
+def test_values_of_plain_subclasses_cross_as_plain_values():
+    """A namedtuple, an IntEnum, a str subclass or a bytearray crossed as a handle, which compares with nothing:
+    correct functions returning one scored 0 (twenty-second review). A subclass of int, float, str, bytes or tuple
+    that overrides none of what ==, hash, truth, len, `in` and iteration use crosses as the plain value it holds; one
+    that does stays a handle (an always-equal int: test_adversary_always_equal_objects)."""
+    prog = ("import collections, enum, typing\nP = collections.namedtuple('P', 'x y')\nclass Q(typing.NamedTuple):\n"
+            "    x: int\nclass C(enum.IntEnum):\n    A = 3\nclass S(str):\n    pass\nclass F(float):\n    pass\n"
+            "class L(tuple):\n    def __len__(self):\n        return 0\n"
+            "def f(k):\n    return [P(1, 2), [Q(1)], C.A, S('ab'), bytearray(b'ab'), F(0.5), True, b'x'][k]\n"
+            "def g():\n    return L((1, 2))\n")
+    tests = ("assert f(0) == (1, 2) and f(1) == [(1,)] and f(2) == 3 and f(3) == 'ab' and f(4) == b'ab'\n"
+             "assert f(5) == 0.5 and f(6) is True and f(7) == b'x' and type(f(0)) is tuple and type(f(2)) is int\n"
+             "assert g() == (1, 2)")  # L overrides __len__: a handle, which compares with nothing
+    problem = {"task": "code", "prompt": "", "test_code": tests}
+    assert R.code_check(fence(prog), problem) == (0.0, "fail")
+    problem["test_code"] = tests.rsplit("\n", 1)[0]
+    assert R.code_check(fence(prog), problem) == (1.0, "pass")
+
+
 def test_every_io_case_runs(monkeypatch):
     calls = []
     def fake(code, tests="", *, stdin=None, **kw):
