@@ -112,6 +112,10 @@ only because the program runs as another user), and one starting a thread (RLIMI
 programming idiom threading.Thread(target=main).start() for deep recursion fails; raising the limit would need the
 run's own PID namespace, and without root it is the caller's uid, already over any small limit). A script sees
 exit() / quit() (as sys.exit), sys.argv == ['solution.py'], and its atexit functions run at its end (in its thread).
+Also failing (twenty-fourth review and the fixes of the twenty-second): shutil.rmtree of a dir with files in it and
+so tempfile.TemporaryDirectory's cleanup (os.open relative to a dir fd is refused), shutil.disk_usage (statvfs is
+deleted), pickling the program's own classes and typing.get_type_hints under `from __future__ import annotations`
+(sys.modules["__main__"] is the harness's module, not the program's).
 Needs Linux >= 5.3 (pidfd) and sympy (a dependency of torch).
 Tests: python -m pytest -q tests/test_rewards.py; throughput: python bench/rewards.py.
 """
