@@ -82,9 +82,8 @@ def _parse_row(row: dict) -> tuple[str, dict]:
         prompt = _text(row, "prompt")
         p = {"task": "code", "prompt": "Complete the following Python function. Write the complete function "
              f"(signature and body, with any imports it needs).\n\n```python\n{prompt}```",
-             "setup_code": prompt, "test_code": _text(row, "test"), "entry_point": _text(row, "entry_point")}
-        if isinstance(row.get("canonical_solution"), str):
-            p["solution"] = prompt + row["canonical_solution"]
+             "setup_code": prompt, "test_code": _text(row, "test"), "entry_point": _text(row, "entry_point"),
+             **({"solution": prompt + row["canonical_solution"]} if isinstance(row.get("canonical_solution"), str) else {})}
         return "HumanEval", p
     if (io := row.get("io_tests")) is None and isinstance(row.get("input_output"), str):  # APPS / TACO style
         io = json.loads(row["input_output"])

@@ -74,10 +74,18 @@ NOT supported / NOT protected against (run large-scale untrusted code in a conta
   the process group killed at the end; another way out of it would let a process outlive its run and keep notes
   (file locks on standard-library files, its mere existence) for later runs. The page cache kept notes with no
   process (pages of standard-library files evicted and probed): posix_fadvise, preadv, pwritev are deleted and mmap
-  refused; reading a rarely used file still leaves a bit a later run could time, and atimes (relatime) remain, and
-  so do the kernel's cached failed lookups (os.stat is not audited: a later run times a missing name's lookup; 64
-  bits survived 20 other runs; in its own root too: the cache is the filesystem's, and /usr is bound, not copied,
-  twenty-first review): closing these needs per-run copies of those dirs or refusing stat outside the run's. An
+  refused; reading a rarely used file still leaves a bit a later run could time (atimes no longer: in its own root
+  the dirs are bound read-only and noatime, twenty-fifth review), and so do the kernel's cached failed lookups
+  (os.stat is not audited: a later run times a missing name's lookup; 64 bits survived 20 other runs; in its own root
+  too: the cache is the filesystem's, and /usr is bound, not copied, twenty-first review). **These notes reach a
+  verdict**: a correct program can write its answers as missing names it looks up, and a later program computing
+  nothing, run on the same problem, read them back by timing one lookup per bit and passed (twenty-fifth review, real
+  MBPP problems: 8/10 and 22/30 right after the solver in one grade() call on 3.11, 15/20 on 3.12, 14/20 with three
+  other runs between in separate calls; 0/10 alone). grade() running one problem's programs one after another does not
+  help (the notes outlast a run). Closing it needs every dir a run can look names up in to be its own (a fresh
+  filesystem per run: the standard library from a private copy or image; not done); refusing stat is not enough (the
+  hook's own path resolution and imports look names up). Until then, do not trust code rewards against an optimiser
+  that could find it (math rewards are not affected). An
   `and` inside one assert still runs its later calls only if the earlier ones held (none in HumanEval or MBPP).
 - Wrong-but-passing answers the tests cannot see: special-casing the (often visible) tests, a test that only checks
   that a call does not raise (a program that sends its reply early then hangs passes tests that call nothing).
@@ -88,8 +96,7 @@ NOT supported / NOT protected against (run large-scale untrusted code in a conta
   event) are deleted before the program runs; directories outside can be listed (names, not contents).
 - In its own root, past the audit hook (the use-after-free): the kernel's per-uid keyrings (add_key, keyctl; no
   namespace covers them) let a run leave a key that a later run reads (twentieth review). A seccomp filter would close
-  it. No way from such notes to a verdict is known (the program never learns whether an assert passed: a failure
-  costs the judge no extra time since the twenty-first review, which timed the raise). Each uid's keys also hold
+  it. Such notes reach a verdict as the lookup cache's do (above: a solving program's answers, read by a later one). Each uid's keys also hold
   about 76 kB of kernel memory that is never given back (measured: 40 runs, 3 MB), which a seccomp filter would
   also stop; and AF_VSOCK sockets (not network-namespaced) can be made, reaching the hypervisor on a VM.
 - Runs graded at the same time (one grade() call) share the machine: statvfs, fstatvfs and sysconf (free blocks
@@ -99,7 +106,9 @@ NOT supported / NOT protected against (run large-scale untrusted code in a conta
   pids. Other such channels surely remain (the CPU they share: a program can time its own speed while another burns
   CPU), so grade() never runs two programs of one problem (the same tests) at once: a sibling beside it solves
   another problem, whose answers are no use to it. This costs parallelism only when a call has fewer distinct
-  problems than workers. Two grade() calls at once (two processes) are not kept apart.
+  problems than workers, and a program at its time limit delays its siblings: under total_timeout a hanging one can
+  leave correct siblings after it 'timeout' (twenty-fifth review; training sets no total_timeout). Two grade() calls
+  at once (two processes) are not kept apart.
 - A correct program writing more than 64 MiB in all fails in its own root (the tmpfs's size), not without it.
 - Without its own root (not root, or no namespaces): network is refused only by the audit hook, disk use is
   bounded per file (16 MiB) and by the 10,000-file cap only, so a run can fill the disk for its few seconds, and a
@@ -115,7 +124,9 @@ exit() / quit() (as sys.exit), sys.argv == ['solution.py'], and its atexit funct
 Also failing (twenty-fourth review and the fixes of the twenty-second): shutil.rmtree of a dir with files in it and
 so tempfile.TemporaryDirectory's cleanup (os.open relative to a dir fd is refused), shutil.disk_usage (statvfs is
 deleted), pickling the program's own classes and typing.get_type_hints under `from __future__ import annotations`
-(sys.modules["__main__"] is the harness's module, not the program's).
+(sys.modules["__main__"] is the harness's module, not the program's), collections.UserList / UserString results
+(handles, though Python's == equates them with a list / str), signal.signal in a script (the program runs in a
+second thread: ValueError; the SIGPIPE idiom), opening /dev/stdin (twenty-fifth review).
 Needs Linux >= 5.3 (pidfd) and sympy (a dependency of torch).
 Tests: python -m pytest -q tests/test_rewards.py; throughput: python bench/rewards.py.
 """
@@ -631,7 +642,7 @@ def _program(job, go, req_fd, resp_fd):  # the program's thread: nothing of the 
     line. Nothing here is trusted (the program may rebind all of it): the judge decides, from the values it decodes."""
     import atexit, builtins, json, os, sys
     go.acquire()
-    status, g, (enc, dec) = 1, {"__name__": job["name"], "__builtins__": builtins}, _wire(job["depth"])
+    status, g, (enc, dec) = 1, {"__name__": job["name"], "__file__": "solution.py", "__builtins__": builtins}, _wire(job["depth"])
     builtins.exit = builtins.quit = sys.exit  # site's (python -S has none): a script's exit() ends it as in Python
     try:
         for name in "setup", "code":
@@ -823,8 +834,9 @@ def _own_root() -> list[str]:
     hook (a CPython use-after-free undid it: nineteenth review); no network; its dir a fresh tmpfs, noexec (no file it
     writes can be loaded as code, the way two reviews' .so reached libcrypto), 64 MiB in all, gone with the run.
     Elsewhere the dir is a plain one, and the audit hook the only wall."""
-    failed = os.geteuid() or subprocess.run([*_ROOT[:6], "sh", "-c", "mount -t tmpfs -o nr_inodes=8 r /tmp && mount -t proc "
-        "-o X-mount.mkdir p /tmp/p && mknod /tmp/n c 1 3 && setpriv --no-new-privs unshare -R / true"], capture_output=True).returncode
+    failed = os.geteuid() or subprocess.run([*_ROOT[:6], "sh", "-c", "mount -t tmpfs -o nr_inodes=8 r /tmp && mount -t proc -o "
+        "X-mount.mkdir p /tmp/p && mount -o rbind,ro,noatime,X-mount.mkdir /etc /tmp/e && mknod /tmp/n c 1 3 && setpriv "
+        "--no-new-privs unshare -R / true"], capture_output=True).returncode
     keep = ["/usr", "/bin", "/lib", "/lib64", "/etc", *dict.fromkeys([sys.prefix, sys.base_prefix])]
     return [] if failed else [d for d in keep if os.path.exists(d)]  # not root: no probe (its unshare would fail)
 
@@ -855,7 +867,7 @@ def run_python(code: str, tests: str = "", *, setup: str = "", entry_point: str 
         if root:  # its own root (_own_root): the fstab of _ROOT's `mount -a` (a space in a path as \040)
             e, size = lambda p: p.translate({32: r"\040", 9: r"\011", 10: r"\012", 92: r"\134"}), 4 * OUTPUT_MB
             lines = [f"root {e(work)} tmpfs mode=755,size=1m,nr_inodes=256", f"proc {e(work)}/proc proc nosuid,nodev,noexec",
-                     *(f"{e(d)} {e(work + d)} none rbind" for d in root), f"dev {e(work)}/dev tmpfs mode=755,size=4k,nr_inodes=8",
+                     *(f"{e(d)} {e(work + d)} none rbind,ro,noatime" for d in root), f"dev {e(work)}/dev tmpfs mode=755,size=4k,nr_inodes=8",
                      f"box {e(work + work)} tmpfs noexec,nosuid,nodev,size={size}m,nr_inodes=16k,mode=700"]
             with open(os.path.join(top, "fstab"), "w") as f:
                 f.write("".join(line + ",X-mount.mkdir 0 0\n" for line in lines))

@@ -342,6 +342,8 @@ MUTANTS = [
      ids("test_rewards.py", "test_runs_graded_at_once_cannot_signal_to_each_other")),
     ("one-problem-programs-at-once", "rewards.py", "grade", "same.setdefault(json.dumps(", "same.setdefault(i or json.dumps(",
      ids("test_rewards.py", "test_programs_of_one_problem_never_run_at_once")),
+    ("binds-keep-atime", "rewards.py", "run_python", "none rbind,ro,noatime", "none rbind",
+     ids("test_rewards.py", "test_reading_a_file_leaves_no_atime")),
     ("lockf-allowed", "rewards.py", "_sandbox_main", "os.unsetenv os.lockf", "os.unsetenv",
      ids("test_rewards.py", "test_runs_graded_at_once_cannot_signal_to_each_other")),
     ("root-shows-the-host-proc", "rewards.py", "run_python", 'f"proc {e(work)}/proc proc nosuid,nodev,noexec"',

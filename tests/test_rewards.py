@@ -1266,6 +1266,21 @@ def test_a_run_sees_only_the_system_python_and_its_own_dir(secret, monkeypatch):
     assert not any("grpo-sbx-" in line for line in open("/proc/self/mounts")), "the mount leaked to the caller"
 
 
+@pytest.mark.skipif(not R._own_root(), reason="needs root, namespaces and mounts (unshare -m -n)")
+def test_reading_a_file_leaves_no_atime():
+    """Under relatime the first read of a file whose atime is older than its mtime (or a day old) sets it: a note one
+    run writes (by reading a rarely read standard-library file) and a later one reads with os.stat, no timing needed
+    (twenty-fifth review). The system and Python dirs are bound read-only and noatime. The previous code: it changed."""
+    f = os.path.join(os.path.dirname(os.__file__), "this.py")
+    st = os.stat(f)
+    os.utime(f, ns=(st.st_mtime_ns - 10**12, st.st_mtime_ns))  # older than its mtime: the next read sets it
+    try:
+        r = R.run_python(f"print(len(open({f!r}).read()) > 0)", stdin="")
+        assert r.stdout.strip() == "True" and os.stat(f).st_atime_ns == st.st_mtime_ns - 10**12, r
+    finally:
+        os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
 def test_the_run_has_its_own_root_where_the_machine_allows_it():
     """The tests of the run's root skip where it cannot be had; where it can (root, `unshare -m -n` works: CI and
     this project's machines), it must be in use, or a sandbox that lost it would pass with those tests skipped."""
@@ -1354,11 +1369,12 @@ def test_a_solution_with_a_main_block_is_judged_as_a_module():
 
 def test_a_script_sees_exit_quit_and_an_argv_of_its_own():
     """`python -S` has no site, so no exit() / quit(), and sys.argv held the harness's fds, so fileinput tried to open
-    them: correct scripts scored 0 (twenty-second review). A script's argv is as `python solution.py` shows it."""
+    them: correct scripts scored 0 (twenty-second review). A script's argv is as `python solution.py` shows it, and
+    so is its __file__ (undefined: a NameError, twenty-fifth review)."""
     problem = {"task": "code", "prompt": "", "io_tests": [{"input": "3 4\n", "output": "7"}]}
     for code in ("a, b = map(int, input().split())\nprint(a + b)\nexit()", "print(sum(map(int, input().split())))\nquit(0)",
                  "import fileinput\nfor line in fileinput.input():\n    print(sum(map(int, line.split())))",
-                 "import sys\nassert sys.argv == ['solution.py']\nprint(7)"):
+                 "import sys\nassert sys.argv == ['solution.py'] and __file__ == 'solution.py'\nprint(7)"):
         assert R.code_check(fence(code), problem) == (1.0, "pass"), code
     assert R.run_python("exit(3)", stdin="").returncode == 3
 
