@@ -829,8 +829,8 @@ _ROOT = ("unshare", "-m", "-n", "-i", "-p", "--fork", "sh", "-c", 'B=$PWD; mount
 @functools.cache
 def _own_root() -> list[str]:
     """As root where namespaces and mounts are allowed (else []), the dirs a run sees besides its own: the system's
-    and Python's, and /proc (the harness reaches its import path through /proc/self/fd), each bound at its own path
-    in a tmpfs that is the run's root. So not the data's gold answers, other runs' dirs or /tmp, even past the audit
+    and Python's, each bound read-only and noatime at its own path in a tmpfs that is the run's root (with a /proc of
+    its own PID namespace: the harness reaches its import path through /proc/self/fd). So not the data's gold answers, other runs' dirs or /tmp, even past the audit
     hook (a CPython use-after-free undid it: nineteenth review); no network; its dir a fresh tmpfs, noexec (no file it
     writes can be loaded as code, the way two reviews' .so reached libcrypto), 64 MiB in all, gone with the run.
     Elsewhere the dir is a plain one, and the audit hook the only wall."""

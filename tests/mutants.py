@@ -64,6 +64,7 @@ REWARDS_GAMED = ids("test_rewards.py", "test_math_issue_false_positives", "test_
 JSONL = [*ids("test_data.py", "test_append_jsonl_drops_a_cut_off_last_line_and_read_jsonl_skips_it"),  # a run's logs
          *ids("test_eval.py", "test_rerun_after_a_cut_off_line_loses_no_record"),
          *ids("test_train.py", "test_resume_drops_a_metrics_line_cut_off_by_a_kill")]
+SIBLINGS = ids("test_rewards.py", "test_runs_graded_at_once_cannot_signal_to_each_other")  # runs graded at once
 SANDBOX_ESCAPES = ids("test_rewards.py", "test_adversary_patches_the_path_checks", "test_adversary_escapes_the_harness_thread",
                       "test_adversary_third_review", "test_adversary_reads_and_writes_files_through_tcl",
                       "test_adversary_fourth_review", "test_adversary_loads_native_code",
@@ -335,17 +336,17 @@ MUTANTS = [
      ids("test_rewards.py", "test_a_run_sees_only_the_system_python_and_its_own_dir")),
     # the twenty-third review's signals between runs graded at once: statvfs / sysconf, file locks, the host's /proc
     ("statvfs-left-to-the-program", "rewards.py", "_sandbox_main", '"statvfs", "fstatvfs", "sysconf"', '"sysconf"',
-     ids("test_rewards.py", "test_runs_graded_at_once_cannot_signal_to_each_other")),
+     SIBLINGS),
     ("file-locks-allowed", "rewards.py", "_sandbox_main", '"socket.", "fcntl."', '"socket."',
-     ids("test_rewards.py", "test_runs_graded_at_once_cannot_signal_to_each_other")),
+     SIBLINGS),
     ("pipes-left-to-the-program", "rewards.py", "_sandbox_main", '"sysconf", "pipe", "pipe2"', '"sysconf"',
-     ids("test_rewards.py", "test_runs_graded_at_once_cannot_signal_to_each_other")),
+     SIBLINGS),
     ("one-problem-programs-at-once", "rewards.py", "grade", "same.setdefault(json.dumps(", "same.setdefault(i or json.dumps(",
      ids("test_rewards.py", "test_programs_of_one_problem_never_run_at_once")),
     ("binds-keep-atime", "rewards.py", "run_python", "none rbind,ro,noatime", "none rbind",
      ids("test_rewards.py", "test_reading_a_file_leaves_no_atime")),
     ("lockf-allowed", "rewards.py", "_sandbox_main", "os.unsetenv os.lockf", "os.unsetenv",
-     ids("test_rewards.py", "test_runs_graded_at_once_cannot_signal_to_each_other")),
+     SIBLINGS),
     ("root-shows-the-host-proc", "rewards.py", "run_python", 'f"proc {e(work)}/proc proc nosuid,nodev,noexec"',
      'f"/proc {e(work)}/proc none rbind"', ids("test_rewards.py", "test_a_run_sees_only_the_system_python_and_its_own_dir")),
     ("work-dir-off-the-command-line", "rewards.py", "run_python", "argv=[work])", "argv=[])",
