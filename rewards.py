@@ -38,8 +38,9 @@ on its path) and a 2x memory limit. Guaranteed, each by an adversarial test:
   any plain value itself): the judge decodes fresh ones.
 - The sandbox, per run: `python -S` in its own session, temp dir and scrubbed environment, killed with its process
   group at the time limit (the judge's too). As root where namespaces and mounts are allowed (unshare -m -n -i -p),
-  the run has its own root, network, IPC and PIDs (its processes die with it): it sees the system's dirs (/usr,
-  /etc, /bin, /lib), Python's, its own /proc, /dev/null, /dev/urandom and its own dir only, a fresh tmpfs, noexec (no file
+  the run has its own root, network, IPC and PIDs (its processes die with it): every dir in it fresh, its own (a zip
+  of the standard library, its .so files, their libraries, Python: bound file by file), its own /proc, /dev/null,
+  /dev/urandom and its own dir only, a fresh tmpfs, noexec (no file
   the program writes can be loaded as code, the way two reviews' .so reached libcrypto), nosuid, nodev, 64 MiB in
   all, gone with the run; no_new_privs (setpriv: a set-uid program gives it nothing). So what the audit hook guards
   does not rest on it alone: a CPython use-after-free (pure Python, io.BufferedReader) gave a program memory access
@@ -76,16 +77,14 @@ NOT supported / NOT protected against (run large-scale untrusted code in a conta
   process (pages of standard-library files evicted and probed): posix_fadvise, preadv, pwritev are deleted and mmap
   refused; reading a rarely used file still leaves a bit a later run could time (atimes no longer: in its own root
   the dirs are bound read-only and noatime, twenty-fifth review), and so do the kernel's cached failed lookups
-  (os.stat is not audited: a later run times a missing name's lookup; 64 bits survived 20 other runs; in its own root
-  too: the cache is the filesystem's, and /usr is bound, not copied, twenty-first review). **These notes reach a
+  (os.stat is not audited: a later run times a missing name's lookup; 64 bits survived 20 other runs, twenty-first
+  review; in its own root no longer: no dir of the host is in it, and its own dirs go with it). **These notes reached a
   verdict**: a correct program can write its answers as missing names it looks up, and a later program computing
   nothing, run on the same problem, read them back by timing one lookup per bit and passed (twenty-fifth review, real
   MBPP problems: 8/10 and 22/30 right after the solver in one grade() call on 3.11, 15/20 on 3.12, 14/20 with three
   other runs between in separate calls; 0/10 alone). grade() running one problem's programs one after another does not
-  help (the notes outlast a run). Closing it needs every dir a run can look names up in to be its own (a fresh
-  filesystem per run: the standard library from a private copy or image; not done); refusing stat is not enough (the
-  hook's own path resolution and imports look names up). Until then, do not trust code rewards against an optimiser
-  that could find it (math rewards are not affected). An
+  help (the notes outlast a run). Closed in its own root (_own_root: the reproducer's listener 0/20 there); without
+  one (not root, or no namespaces), do not trust code rewards against an optimiser that could find it. An
   `and` inside one assert still runs its later calls only if the earlier ones held (none in HumanEval or MBPP).
 - Wrong-but-passing answers the tests cannot see: special-casing the (often visible) tests, a test that only checks
   that a call does not raise (a program that sends its reply early then hangs passes tests that call nothing).
@@ -836,7 +835,9 @@ _UNSAFE = (("ctypes", "readline", "_multiprocessing", "_dbm", "_gdbm", "syslog",
 
 
 def _root_files():  # runs as its own program (python -S -c; argv: a dir to fill, _UNSAFE): the Python run in the root
-    import contextlib, importlib.util, json, marshal, os, re, subprocess, sys, zipfile
+    import gc, json, os, resource, sys, traceback  # the harness's imports (_sandbox_main): a .pyc for each module now
+    pre = set(sys.modules)                          # imported, for the rest the .py alone (a shorter zip to read)
+    import contextlib, importlib.util, marshal, re, subprocess, zipfile
     top, (names, prefixes), lib = sys.argv[1], json.loads(sys.argv[2]), os.path.dirname(os.__file__)
     zpath = os.path.join(sys.base_prefix, sys.platlibdir, "python%d%d.zip" % sys.version_info[:2])  # first on sys.path
     skip = {"site-packages", "dist-packages", "test", "tests", "idlelib", "tkinter", "turtledemo", "lib2to3", "ensurepip",
@@ -847,7 +848,7 @@ def _root_files():  # runs as its own program (python -S -c; argv: a dir to fill
             for rel in (os.path.relpath(os.path.join(d, n), lib) for n in sorted(files) if n.endswith(".py")):
                 with open(os.path.join(lib, rel), "rb") as f:
                     z.writestr(rel, src := f.read())
-                with contextlib.suppress(SyntaxError):  # its .pyc (hash-based, unchecked), for the harness's imports
+                if rel[:-3].replace("/", ".").removesuffix(".__init__") in pre:  # (hash-based, unchecked)
                     z.writestr(rel + "c", importlib.util.MAGIC_NUMBER + b"\1\0\0\0" + bytes(8) + marshal.dumps(
                         compile(src, f"{zpath}/{rel}", "exec", dont_inherit=True, optimize=0)))
     dyn = os.path.join(lib, "lib-dynload")
