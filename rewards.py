@@ -38,8 +38,9 @@ on its path) and a 2x memory limit. Guaranteed, each by an adversarial test:
   any plain value itself): the judge decodes fresh ones.
 - The sandbox, per run: `python -S` in its own session, temp dir and scrubbed environment, killed with its process
   group at the time limit (the judge's too). As root where namespaces and mounts are allowed (unshare -m -n -i -p),
-  the run has its own root, network, IPC and PIDs (its processes die with it): it sees the system's dirs (/usr,
-  /etc, /bin, /lib), Python's, its own /proc, /dev/null, /dev/urandom and its own dir only, a fresh tmpfs, noexec (no file
+  the run has its own root, network, IPC and PIDs (its processes die with it): every dir in it fresh, its own (a zip
+  of the standard library, its .so files, their libraries, Python: bound file by file), its own /proc, /dev/null,
+  /dev/urandom and its own dir only, a fresh tmpfs, noexec (no file
   the program writes can be loaded as code, the way two reviews' .so reached libcrypto), nosuid, nodev, 64 MiB in
   all, gone with the run; no_new_privs (setpriv: a set-uid program gives it nothing). So what the audit hook guards
   does not rest on it alone: a CPython use-after-free (pure Python, io.BufferedReader) gave a program memory access
@@ -76,16 +77,14 @@ NOT supported / NOT protected against (run large-scale untrusted code in a conta
   process (pages of standard-library files evicted and probed): posix_fadvise, preadv, pwritev are deleted and mmap
   refused; reading a rarely used file still leaves a bit a later run could time (atimes no longer: in its own root
   the dirs are bound read-only and noatime, twenty-fifth review), and so do the kernel's cached failed lookups
-  (os.stat is not audited: a later run times a missing name's lookup; 64 bits survived 20 other runs; in its own root
-  too: the cache is the filesystem's, and /usr is bound, not copied, twenty-first review). **These notes reach a
+  (os.stat is not audited: a later run times a missing name's lookup; 64 bits survived 20 other runs, twenty-first
+  review; in its own root no longer: no dir of the host is in it, and its own dirs go with it). **These notes reached a
   verdict**: a correct program can write its answers as missing names it looks up, and a later program computing
   nothing, run on the same problem, read them back by timing one lookup per bit and passed (twenty-fifth review, real
   MBPP problems: 8/10 and 22/30 right after the solver in one grade() call on 3.11, 15/20 on 3.12, 14/20 with three
   other runs between in separate calls; 0/10 alone). grade() running one problem's programs one after another does not
-  help (the notes outlast a run). Closing it needs every dir a run can look names up in to be its own (a fresh
-  filesystem per run: the standard library from a private copy or image; not done); refusing stat is not enough (the
-  hook's own path resolution and imports look names up). Until then, do not trust code rewards against an optimiser
-  that could find it (math rewards are not affected). An
+  help (the notes outlast a run). Closed in its own root (_own_root: the reproducer's listener 0/20 there); without
+  one (not root, or no namespaces), do not trust code rewards against an optimiser that could find it. An
   `and` inside one assert still runs its later calls only if the earlier ones held (none in HumanEval or MBPP).
 - Wrong-but-passing answers the tests cannot see: special-casing the (often visible) tests, a test that only checks
   that a call does not raise (a program that sends its reply early then hangs passes tests that call nothing).
@@ -539,7 +538,8 @@ def _sandbox_main():
     # what the program may read outside its dir: the standard library (its import path), /dev/urandom. Not
     # site-packages, which pyenv, Docker's and conda's Pythons keep inside it (_cffi_backend from there called libc
     # with no audit event: it read the data's gold solutions, all 1,138 passed; fifteenth review)
-    dirs = tuple(resolve(p) + "/" for p in sys.path if os.path.isdir(p))
+    # (or the standard library's zip, which is the file itself in its own root: _own_root)
+    dirs = tuple(resolve(p) + "/" * os.path.isdir(p) for p in sys.path if os.path.exists(p))
     readable = lambda r: r.startswith(dirs) and "/site-packages/" not in r and "/dist-packages/" not in r
     deny = frozenset("os.kill os.killpg os.fork os.forkpty os.exec os.posix_spawn os.spawn os.system subprocess.Popen "
                      "resource.prlimit sys.settrace sys.setprofile sys._current_frames sys._current_exceptions "
@@ -552,8 +552,8 @@ def _sandbox_main():
     # dbm, syslog, Tcl's own open / read / puts; spwd, deprecated, warned on stderr), processes with none
     # (_posixsubprocess.fork_exec: only RLIMIT_NPROC stopped it; subprocess and asyncio, which import it, cannot be
     # imported)
-    unsafe = lambda part: part in ("ctypes", "readline", "_multiprocessing", "_dbm", "_gdbm", "syslog", "_curses",
-        "_tkinter", "_ssl", "mmap", "nis", "spwd") or part.startswith(("_ctypes", "_test", "_xx", "_interp", "_posix", "_cffi"))
+    names, prefixes = map(tuple, job["unsafe"])  # (_UNSAFE: the caller's root leaves their .so files out)
+    unsafe = lambda part: part in names or part.startswith(prefixes)
     path_events = {"os.remove": 1, "os.rmdir": 1, "os.mkdir": 1, "os.chown": 1, "os.utime": 1,
                    "os.rename": 2, "os.link": 2, "os.truncate": 0, "shutil.rmtree": 1, "os.setxattr": 0, "os.removexattr": 0}
     wflags, not_paths = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC, (int, tuple, type(None))
@@ -603,6 +603,10 @@ def _sandbox_main():
     # imports compile from source from now on (no cache under this prefix), so marshal can be refused: crafted
     # bytecode (a .pyc) reads memory, and with it could undo the hook
     sys.pycache_prefix = work + "no-pycache"
+    # nor from the .pyc files in the standard library's zip (_own_root), which the harness imported from until now
+    zi = sys.modules["zipimport"]
+    zi._read_directory = lambda p, read=zi._read_directory: {k: v for k, v in read(p).items() if not k.endswith(".pyc")}
+    [[files.pop(k) for k in [k for k in files if k.endswith(".pyc")]] for files in zi._zip_directory_cache.values()]
     sys.addaudithook(hook)
     # gc.set_debug(DEBUG_SAVEALL) kept dead frames in gc.garbage (this hook's, in a refused call's traceback);
     # a fresh gc module (with it back) needs _imp.create_builtin: every builtin module is imported now (but
@@ -818,27 +822,74 @@ def _remove(top: str) -> bool:
 
 # The run's own root and network, where it has one (_own_root): in new mount, network, IPC (no System V or POSIX
 # queues or shared memory shared with other runs: notes and memory that outlived a run, twentieth review) and PID
-# namespaces (every process of the run dies with it, one that left its session too), mounted from an fstab (run_python
-# writes it; nr_inodes caps the files: 854k empty ones took 870 MB of kernel memory) by one `mount -a`, then
-# /dev/null and /dev/urandom made, then the harness started with that root (unshare -R) in its dir, with
-# no_new_privs (a set-uid program under /usr gives no one root: a program that undid the audit hook could exec one)
-_ROOT = ("unshare", "-m", "-n", "-i", "-p", "--fork", "sh", "-c", 'B=$PWD; mount -a -T "${B%/box}/fstab" && mknod -m 666 '
-         '"$B/dev/null" c 1 3 && mknod "$B/dev/urandom" c 1 9 && exec setpriv --no-new-privs unshare -R "$B" -w "$B" "$@"', "sh")
+# namespaces (every process of the run dies with it, one that left its session too): a fresh tmpfs root, the skeleton
+# ($1: its dirs and empty files) copied in, then run_python's fstab (nr_inodes caps the files: 854k empty ones took
+# 870 MB of kernel memory) by one `mount -a`, /dev/null and /dev/urandom made, then the harness started with that
+# root (unshare -R) in its dir, with no_new_privs (a set-uid program gives no one root: a program that undid the audit
+# hook could exec one)
+_ROOT = ("unshare", "-m", "-n", "-i", "-p", "--fork", "sh", "-c", 'B=$PWD; mount -t tmpfs -o mode=755,size=1m,nr_inodes=512 '
+         'root "$B" && cp -a "$1/." "$B" && shift && mount -a -T "${B%/box}/fstab" && mknod -m 666 "$B/dev/null" c 1 3 && '
+         'mknod "$B/dev/urandom" c 1 9 && exec setpriv --no-new-privs unshare -R "$B" -w "$B" "$@"', "sh")
+_UNSAFE = (("ctypes", "readline", "_multiprocessing", "_dbm", "_gdbm", "syslog", "_curses", "_tkinter", "_ssl", "mmap", "nis",
+            "spwd"), ("_ctypes", "_test", "_xx", "_interp", "_posix", "_cffi"))  # modules the sandbox refuses
+
+
+def _root_files():  # runs as its own program (python -S -c; argv: a dir to fill, _UNSAFE): the Python run in the root
+    import gc, json, os, resource, sys, traceback  # the harness's imports (_sandbox_main): a .pyc for each module now
+    pre = set(sys.modules)                          # imported, for the rest the .py alone (a shorter zip to read)
+    import contextlib, importlib.util, marshal, re, subprocess, zipfile
+    top, (names, prefixes), lib = sys.argv[1], json.loads(sys.argv[2]), os.path.dirname(os.__file__)
+    zpath = os.path.join(sys.base_prefix, sys.platlibdir, "python%d%d.zip" % sys.version_info[:2])  # first on sys.path
+    skip = {"site-packages", "dist-packages", "test", "tests", "idlelib", "tkinter", "turtledemo", "lib2to3", "ensurepip",
+            "__pycache__", "lib-dynload"}
+    with zipfile.ZipFile(os.path.join(top, "stdlib.zip"), "w") as z:  # stored, not compressed
+        for d, subs, files in os.walk(lib):
+            subs[:] = sorted(n for n in subs if n not in skip)
+            for rel in (os.path.relpath(os.path.join(d, n), lib) for n in sorted(files) if n.endswith(".py")):
+                with open(os.path.join(lib, rel), "rb") as f:
+                    z.writestr(rel, src := f.read())
+                if rel[:-3].replace("/", ".").removesuffix(".__init__") in pre:  # (hash-based, unchecked)
+                    z.writestr(rel + "c", importlib.util.MAGIC_NUMBER + b"\1\0\0\0" + bytes(8) + marshal.dumps(
+                        compile(src, f"{zpath}/{rel}", "exec", dont_inherit=True, optimize=0)))
+    dyn = os.path.join(lib, "lib-dynload")
+    so = [os.path.join(dyn, n) for n in sorted(os.listdir(dyn)) if n.endswith(".so") and not (n.split(".")[0] in names
+          or n.startswith(tuple(prefixes)))]
+    libs = re.findall(r"(/\S+) \(0x", subprocess.run(["ldd", sys.executable, *so], capture_output=True, text=True).stdout)
+    files = {zpath: z.filename, **{p: p for p in ("/etc/ld.so.cache", sys.executable, *so, *libs) if os.path.isfile(p)}}
+    for p in files:  # the skeleton: an empty file to mount each on
+        os.makedirs(os.path.dirname(top + "/skel" + p), exist_ok=True)
+        open(top + "/skel" + p, "w").close()
+    print(json.dumps([files, sys.base_prefix]))
 
 
 @functools.cache
-def _own_root() -> list[str]:
-    """As root where namespaces and mounts are allowed (else []), the dirs a run sees besides its own: the system's
-    and Python's, each bound read-only and noatime at its own path in a tmpfs that is the run's root (with a /proc of
-    its own PID namespace: the harness reaches its import path through /proc/self/fd). So not the data's gold answers, other runs' dirs or /tmp, even past the audit
-    hook (a CPython use-after-free undid it: nineteenth review); no network; its dir a fresh tmpfs, noexec (no file it
-    writes can be loaded as code, the way two reviews' .so reached libcrypto), 64 MiB in all, gone with the run.
-    Elsewhere the dir is a plain one, and the audit hook the only wall."""
-    failed = os.geteuid() or subprocess.run([*_ROOT[:6], "sh", "-c", "mount -t tmpfs -o nr_inodes=8 r /tmp && mount -t proc -o "
-        "X-mount.mkdir p /tmp/p && mount -o rbind,ro,noatime,X-mount.mkdir /etc /tmp/e && mknod /tmp/n c 1 3 && setpriv "
-        "--no-new-privs unshare -R / true"], capture_output=True).returncode
-    keep = ["/usr", "/bin", "/lib", "/lib64", "/etc", *dict.fromkeys([sys.prefix, sys.base_prefix])]
-    return [] if failed else [d for d in keep if os.path.exists(d)]  # not root: no probe (its unshare would fail)
+def _root_of(python: str) -> tuple[str, dict[str, str], str]:
+    import atexit, shutil
+    atexit.register(shutil.rmtree, top := tempfile.mkdtemp(prefix="grpo-root-"), True)
+    out = subprocess.run([python, "-S", "-c", inspect.getsource(_root_files) + "_root_files()\n", top, json.dumps(_UNSAFE)],
+                         capture_output=True, text=True, check=True).stdout
+    return top + "/skel", *json.loads(out)
+
+
+@functools.cache
+def _can_root() -> bool:  # not root: no probe (its unshare would fail)
+    return not (os.geteuid() or subprocess.run([*_ROOT[:6], "sh", "-c", "mount -t tmpfs -o nr_inodes=8 r /tmp && mount -t "
+        "proc -o X-mount.mkdir p /tmp/p && touch /tmp/e && mount -o bind,ro,noatime /etc/hostname /tmp/e && mknod /tmp/n c 1 "
+        "3 && setpriv --no-new-privs unshare -R / true"], capture_output=True).returncode)
+
+
+def _own_root() -> tuple[str, dict[str, str], str] | tuple[()]:
+    """As root where namespaces and mounts are allowed (else ()): the skeleton dir of a run's root, the files bound
+    in it (path in the root: file on the host), each alone, no dir of the host, and the PYTHONHOME of sys.executable.
+    So not the data's gold answers, other runs' dirs or /tmp, even past the audit hook (a CPython use-after-free undid
+    it: nineteenth review); and every dir a run can look a name up in is its own: the kernel caches failed lookups
+    per filesystem, and a later run timed a lookup of a name a correct program had looked up, reading its answers
+    (twenty-fifth review). The files: the standard library's .py files in one zip (made once per Python, at the
+    path of sys.path's zip: first on the path, imported from with no lookups), lib-dynload's .so files but refused
+    ones, the libraries they and Python need (ldd), ld.so.cache and Python. No network; its dir a fresh tmpfs,
+    noexec (no file it writes can be loaded as code, the way two reviews' .so reached libcrypto), 64 MiB in all,
+    gone with the run. Elsewhere the dir is a plain one, and the audit hook the only wall."""
+    return _root_of(sys.executable) if _can_root() else ()
 
 
 def run_python(code: str, tests: str = "", *, setup: str = "", entry_point: str | None = None,
@@ -850,7 +901,7 @@ def run_python(code: str, tests: str = "", *, setup: str = "", entry_point: str 
         return ExecResult("timeout", None, "", "batch time budget spent", 0.0)
     cap, testing = OUTPUT_MB << 20, stdin is None
     job = dict(mode="test" if testing else "io", setup=setup, code=code, depth=100, cpu=int(timeout) + 1, fsize=cap,
-               uid=(1 << 30) + threading.get_native_id(), mem=memory_mb << 20, name="solution" if testing else "__main__")
+               uid=(1 << 30) + threading.get_native_id(), mem=memory_mb << 20, unsafe=_UNSAFE, name="solution" if testing else "__main__")
     # a solution under test is not __main__ (nor in HumanEval's or MBPP's harness): its `if __name__ == "__main__":`
     # tail (doctest.testmod(), unittest.main(), input()) does not run; all 1,138 references failed with a doctest
     # tail (twenty-second review). A script (io) is __main__
@@ -866,8 +917,8 @@ def run_python(code: str, tests: str = "", *, setup: str = "", entry_point: str 
             f.write(text.encode()), f.seek(0)
         if root:  # its own root (_own_root): the fstab of _ROOT's `mount -a` (a space in a path as \040)
             e, size = lambda p: p.translate({32: r"\040", 9: r"\011", 10: r"\012", 92: r"\134"}), 4 * OUTPUT_MB
-            lines = [f"root {e(work)} tmpfs mode=755,size=1m,nr_inodes=256", f"proc {e(work)}/proc proc nosuid,nodev,noexec",
-                     *(f"{e(d)} {e(work + d)} none rbind,ro,noatime" for d in root), f"dev {e(work)}/dev tmpfs mode=755,size=4k,nr_inodes=8",
+            lines = [f"proc {e(work)}/proc proc nosuid,nodev,noexec", f"dev {e(work)}/dev tmpfs mode=755,size=4k,nr_inodes=8",
+                     *(f"{e(f)} {e(work + p)} none bind,ro,noatime,nosuid,nodev" for p, f in root[1].items()),
                      f"box {e(work + work)} tmpfs noexec,nosuid,nodev,size={size}m,nr_inodes=16k,mode=700"]
             with open(os.path.join(top, "fstab"), "w") as f:
                 f.write("".join(line + ",X-mount.mkdir 0 0\n" for line in lines))
@@ -876,9 +927,9 @@ def run_python(code: str, tests: str = "", *, setup: str = "", entry_point: str 
                "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
         start = lambda script, fds, **kw: procs.append(subprocess.Popen(  # each in its own session (process group)
             [*kw.pop("prefix", ()), sys.executable, "-S", "-P", "-c", script, *map(str, fds), *kw.pop("argv", [])],
-            env=env, pass_fds=fds, start_new_session=True, **kw))
+            env=kw.pop("env", env), pass_fds=fds, start_new_session=True, **kw))
         start(_HARNESS, [files[5].fileno(), *fds[::3]], stdin=files[0], stdout=files[1], stderr=files[2], cwd=work,
-              prefix=_ROOT if root else (), argv=[work])  # the work dir on its command line: strays are found by it
+              prefix=(*_ROOT, root[0]) if root else (), argv=[work], env={**env, "PYTHONHOME": root[2]} if root else env)  # the work dir on its command line: strays are found by it
         if testing:  # the judge: not forked from the program's process, holding none of its fds but the pipes
             start(_JUDGE, fds[1:3], stdin=files[3], stdout=files[4], stderr=files[4])
         while fds:  # each removed as it is closed: the finally below must not close a number another run reuses
