@@ -482,6 +482,10 @@ class ExecResult:
 # would lead back to these frames); frames are otherwise refused by the audit hook.
 def _sandbox_main():
     import _imp, _signal, _stat, _thread, gc, json, os, resource, sys, traceback  # no ctypes
+    unsafe = lambda part: part in ("ctypes", "readline", "_multiprocessing", "_dbm", "_gdbm", "syslog", "_curses",
+        "_tkinter", "_ssl", "mmap", "nis", "spwd") or part.startswith(("_ctypes", "_test", "_xx", "_interp", "_posix", "_cffi"))
+    if sys.argv[1] == "root":  # _own_root: the files of the runs' root, this harness's imports as .pyc
+        return _root_files(sys.argv[2], set(sys.modules), unsafe)
     job_fd, req_fd, resp_fd = map(int, sys.argv[1:4])
     sys.argv[:] = ["solution.py"]  # as `python solution.py` would show it (fileinput reads files named there)
     with open(job_fd) as f:
@@ -552,8 +556,6 @@ def _sandbox_main():
     # dbm, syslog, Tcl's own open / read / puts; spwd, deprecated, warned on stderr), processes with none
     # (_posixsubprocess.fork_exec: only RLIMIT_NPROC stopped it; subprocess and asyncio, which import it, cannot be
     # imported)
-    names, prefixes = map(tuple, job["unsafe"])  # (_UNSAFE: the caller's root leaves their .so files out)
-    unsafe = lambda part: part in names or part.startswith(prefixes)
     path_events = {"os.remove": 1, "os.rmdir": 1, "os.mkdir": 1, "os.chown": 1, "os.utime": 1,
                    "os.rename": 2, "os.link": 2, "os.truncate": 0, "shutil.rmtree": 1, "os.setxattr": 0, "os.removexattr": 0}
     wflags, not_paths = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC, (int, tuple, type(None))
@@ -604,9 +606,7 @@ def _sandbox_main():
     # bytecode (a .pyc) reads memory, and with it could undo the hook
     sys.pycache_prefix = work + "no-pycache"
     # nor from the .pyc files in the standard library's zip (_own_root), which the harness imported from until now
-    zi = sys.modules["zipimport"]
-    zi._read_directory = lambda p, read=zi._read_directory: {k: v for k, v in read(p).items() if not k.endswith(".pyc")}
-    [[files.pop(k) for k in [k for k in files if k.endswith(".pyc")]] for files in zi._zip_directory_cache.values()]
+    sys.modules["zipimport"]._zip_searchorder = (("/__init__.py", False, True), (".py", False, False))  # (no .pyc)
     sys.addaudithook(hook)
     # gc.set_debug(DEBUG_SAVEALL) kept dead frames in gc.garbage (this hook's, in a refused call's traceback);
     # a fresh gc module (with it back) needs _imp.create_builtin: every builtin module is imported now (but
@@ -799,8 +799,34 @@ def _judge_main():  # runs as its own program (python -S -c; argv: request fd, r
     os._exit(1 if any(failed) else 0)
 
 
+def _root_files(top, pre, unsafe):  # the harness's other job (_own_root: python -I -S -c _HARNESS root TOP): in top,
+    import glob, importlib.util, marshal, os, re, shlex, subprocess, sys, zipfile  # the files of the runs' root (_ROOT)
+    # sys.path under -I -S: the zip Python looks for first, the standard library, lib-dynload
+    (zpath, lib, dyn), skip = sys.path, {"site-packages", "dist-packages", "test", "tests", "idlelib", "tkinter",
+                                         "turtledemo", "lib2to3", "ensurepip", "__pycache__", "lib-dynload"}
+    with zipfile.ZipFile(os.path.join(top, "stdlib.zip"), "w") as z:  # stored, not compressed
+        for d, subs, files in os.walk(lib):
+            subs[:] = sorted(n for n in subs if n not in skip)
+            for rel in (os.path.relpath(os.path.join(d, n), lib) for n in sorted(files) if n.endswith(".py")):
+                z.write(os.path.join(lib, rel), rel)  # with a .pyc (hash-based, unchecked) of each module imported so
+                if rel[:-3].replace("/", ".").removesuffix(".__init__") in pre:  # far (the harness's); the rest as .py
+                    z.writestr(rel + "c", importlib.util.MAGIC_NUMBER + b"\1\0\0\0" + bytes(8) + marshal.dumps(
+                        compile(z.read(rel), f"{zpath}/{rel}", "exec", dont_inherit=True, optimize=0)))
+    # lib-dynload's .so files but those of the modules the sandbox refuses
+    so = [p for p in sorted(glob.glob(glob.escape(dyn) + "/*.so")) if not unsafe(os.path.basename(p).split(".")[0])]
+    libs = re.findall(r"(/\S+) \(0x", subprocess.run(["ldd", sys.executable, *so], capture_output=True, text=True).stdout)
+    files = {zpath: z.filename, **{p: p for p in ("/etc/ld.so.cache", sys.executable, *so, *libs) if os.path.isfile(p)}}
+    open(os.path.join(top, "env"), "w").write(f"export PYTHONHOME={shlex.quote(sys.base_prefix + ':' + sys.base_exec_prefix)}\n")
+    e = lambda p: p.translate({32: r"\040", 9: r"\011", 10: r"\012", 92: r"\134"})  # a path as fstab spells it
+    with open(os.path.join(top, "fstab"), "w") as fstab:
+        for p, f in files.items():  # each file alone, on an empty file of the skeleton
+            os.makedirs(os.path.dirname(top + "/skel" + p), exist_ok=True)
+            open(top + "/skel" + p, "w").close()
+            fstab.write(f"{e(f)} {e(top + '/root' + p)} none bind,ro,noatime,nosuid,nodev 0 0\n")
+
+
 # The sandbox and the judge run as their own programs (python -S -c): these functions' sources, then a call.
-_HARNESS = "".join(map(inspect.getsource, (_wire, _program, _sandbox_main))) + "_sandbox_main()\n"
+_HARNESS = "".join(map(inspect.getsource, (_wire, _program, _root_files, _sandbox_main))) + "_sandbox_main()\n"
 _JUDGE = inspect.getsource(_wire) + inspect.getsource(_judge_main) + "_judge_main()\n"
 
 def _remove(top: str) -> bool:
@@ -822,74 +848,47 @@ def _remove(top: str) -> bool:
 
 # The run's own root and network, where it has one (_own_root): in new mount, network, IPC (no System V or POSIX
 # queues or shared memory shared with other runs: notes and memory that outlived a run, twentieth review) and PID
-# namespaces (every process of the run dies with it, one that left its session too): a fresh tmpfs root, the skeleton
-# ($1: its dirs and empty files) copied in, then run_python's fstab (nr_inodes caps the files: 854k empty ones took
-# 870 MB of kernel memory) by one `mount -a`, /dev/null and /dev/urandom made, then the harness started with that
-# root (unshare -R) in its dir, with no_new_privs (a set-uid program gives no one root: a program that undid the audit
-# hook could exec one)
-_ROOT = ("unshare", "-m", "-n", "-i", "-p", "--fork", "sh", "-c", 'B=$PWD; mount -t tmpfs -o mode=755,size=1m,nr_inodes=512 '
-         'root "$B" && cp -a "$1/." "$B" && shift && mount -a -T "${B%/box}/fstab" && mknod -m 666 "$B/dev/null" c 1 3 && '
-         'mknod "$B/dev/urandom" c 1 9 && exec setpriv --no-new-privs unshare -R "$B" -w "$B" "$@"', "sh")
-_UNSAFE = (("ctypes", "readline", "_multiprocessing", "_dbm", "_gdbm", "syslog", "_curses", "_tkinter", "_ssl", "mmap", "nis",
-            "spwd"), ("_ctypes", "_test", "_xx", "_interp", "_posix", "_cffi"))  # modules the sandbox refuses
-
-
-def _root_files():  # runs as its own program (python -S -c; argv: a dir to fill, _UNSAFE): the Python run in the root
-    import gc, json, os, resource, sys, traceback  # the harness's imports (_sandbox_main): a .pyc for each module now
-    pre = set(sys.modules)                          # imported, for the rest the .py alone (a shorter zip to read)
-    import contextlib, importlib.util, marshal, re, subprocess, zipfile
-    top, (names, prefixes), lib = sys.argv[1], json.loads(sys.argv[2]), os.path.dirname(os.__file__)
-    zpath = os.path.join(sys.base_prefix, sys.platlibdir, "python%d%d.zip" % sys.version_info[:2])  # first on sys.path
-    skip = {"site-packages", "dist-packages", "test", "tests", "idlelib", "tkinter", "turtledemo", "lib2to3", "ensurepip",
-            "__pycache__", "lib-dynload"}
-    with zipfile.ZipFile(os.path.join(top, "stdlib.zip"), "w") as z:  # stored, not compressed
-        for d, subs, files in os.walk(lib):
-            subs[:] = sorted(n for n in subs if n not in skip)
-            for rel in (os.path.relpath(os.path.join(d, n), lib) for n in sorted(files) if n.endswith(".py")):
-                with open(os.path.join(lib, rel), "rb") as f:
-                    z.writestr(rel, src := f.read())
-                if rel[:-3].replace("/", ".").removesuffix(".__init__") in pre:  # (hash-based, unchecked)
-                    z.writestr(rel + "c", importlib.util.MAGIC_NUMBER + b"\1\0\0\0" + bytes(8) + marshal.dumps(
-                        compile(src, f"{zpath}/{rel}", "exec", dont_inherit=True, optimize=0)))
-    dyn = os.path.join(lib, "lib-dynload")
-    so = [os.path.join(dyn, n) for n in sorted(os.listdir(dyn)) if n.endswith(".so") and not (n.split(".")[0] in names
-          or n.startswith(tuple(prefixes)))]
-    libs = re.findall(r"(/\S+) \(0x", subprocess.run(["ldd", sys.executable, *so], capture_output=True, text=True).stdout)
-    files = {zpath: z.filename, **{p: p for p in ("/etc/ld.so.cache", sys.executable, *so, *libs) if os.path.isfile(p)}}
-    for p in files:  # the skeleton: an empty file to mount each on
-        os.makedirs(os.path.dirname(top + "/skel" + p), exist_ok=True)
-        open(top + "/skel" + p, "w").close()
-    print(json.dumps([files, sys.base_prefix]))
+# namespaces (every process of the run dies with it, one that left its session too), from $1 (_root_files: env, skel,
+# fstab): PYTHONHOME set, a fresh tmpfs at $1/root, the skeleton's dirs and empty files copied in, the host's files
+# bound on these by one `mount -a`, its own /proc, the run's dir a fresh tmpfs at its own path (nr_inodes caps the
+# files: 854k empty ones took 870 MB of kernel memory), /dev/null and /dev/urandom made, then the harness started
+# with that root (unshare -R) in its dir, with no_new_privs (a set-uid program gives no one root: a program that
+# undid the audit hook could exec one)
+_ROOT = ("unshare", "-m", "-n", "-i", "-p", "--fork", "sh", "-c", 'T=$1 R=$1/root B=$PWD && shift && . "$T/env" && mount -t '
+         'tmpfs -o mode=755,size=1m,nr_inodes=512,X-mount.mkdir root "$R" && cp -a "$T/skel/." "$R" && mount -a -T "$T/fstab" && '
+         'mount -t proc -o nosuid,nodev,noexec,X-mount.mkdir proc "$R/proc" && mount -t tmpfs -o noexec,nosuid,nodev,'
+         f'size={4 * OUTPUT_MB}m,nr_inodes=16k,mode=700,X-mount.mkdir box "$R$B" && mkdir "$R/dev" && mknod -m 666 "$R/dev/null" '
+         'c 1 3 && mknod "$R/dev/urandom" c 1 9 && exec setpriv --no-new-privs unshare -R "$R" -w "$B" "$@"', "sh")
 
 
 @functools.cache
-def _root_of(python: str) -> tuple[str, dict[str, str], str]:
-    import atexit, shutil
-    atexit.register(shutil.rmtree, top := tempfile.mkdtemp(prefix="grpo-root-"), True)
-    out = subprocess.run([python, "-S", "-c", inspect.getsource(_root_files) + "_root_files()\n", top, json.dumps(_UNSAFE)],
-                         capture_output=True, text=True, check=True).stdout
-    return top + "/skel", *json.loads(out)
-
-
-@functools.cache
-def _can_root() -> bool:  # not root: no probe (its unshare would fail)
-    return not (os.geteuid() or subprocess.run([*_ROOT[:6], "sh", "-c", "mount -t tmpfs -o nr_inodes=8 r /tmp && mount -t "
-        "proc -o X-mount.mkdir p /tmp/p && touch /tmp/e && mount -o bind,ro,noatime /etc/hostname /tmp/e && mknod /tmp/n c 1 "
-        "3 && setpriv --no-new-privs unshare -R / true"], capture_output=True).returncode)
-
-
-def _own_root() -> tuple[str, dict[str, str], str] | tuple[()]:
-    """As root where namespaces and mounts are allowed (else ()): the skeleton dir of a run's root, the files bound
-    in it (path in the root: file on the host), each alone, no dir of the host, and the PYTHONHOME of sys.executable.
-    So not the data's gold answers, other runs' dirs or /tmp, even past the audit hook (a CPython use-after-free undid
-    it: nineteenth review); and every dir a run can look a name up in is its own: the kernel caches failed lookups
-    per filesystem, and a later run timed a lookup of a name a correct program had looked up, reading its answers
-    (twenty-fifth review). The files: the standard library's .py files in one zip (made once per Python, at the
-    path of sys.path's zip: first on the path, imported from with no lookups), lib-dynload's .so files but refused
-    ones, the libraries they and Python need (ldd), ld.so.cache and Python. No network; its dir a fresh tmpfs,
-    noexec (no file it writes can be loaded as code, the way two reviews' .so reached libcrypto), 64 MiB in all,
-    gone with the run. Elsewhere the dir is a plain one, and the audit hook the only wall."""
-    return _root_of(sys.executable) if _can_root() else ()
+def _own_root(python: str) -> str:
+    """As root where namespaces and mounts are allowed, the dir from which _ROOT makes the runs' root for this Python
+    (else ""): their root holds no dir of the host, only the host's files it needs, each bound alone. So not the data's
+    gold answers, other runs' dirs or /tmp, even past the audit hook (a CPython use-after-free undid it: nineteenth
+    review); and every dir a run can look a name up in is its own, gone with it: the kernel caches failed lookups per
+    filesystem, and a later run timed a lookup of a name a correct program had looked up, reading its answers
+    (twenty-fifth review). The files (_root_files, made once per Python by that Python: the harness itself, so that
+    the modules it imports come compiled): the standard library's .py files in one zip at the path of sys.path's
+    zip (first on the path, imported from with no lookups; .pyc only for the harness's own imports), lib-dynload's .so
+    files but refused ones, the libraries they and Python need (ldd), ld.so.cache and Python. No network; its dir a
+    fresh tmpfs, noexec (no file it writes can be loaded as code, the way two reviews' .so reached libcrypto), 64 MiB
+    in all, gone with the run. Made once, then tried (a Python importing from the zip and a .so in it); where that
+    fails (no namespaces, no ldd, ...) one line on stderr says so, once, and the runs go on in a plain dir with the
+    audit hook their only wall: the lookup-cache notes are open there."""
+    if os.geteuid():  # not root: no namespaces or mounts
+        return ""
+    import atexit
+    atexit.register(_remove, top := tempfile.mkdtemp(prefix="grpo-root-"))
+    try:  # the files (_root_files), then one run in the root: a Python importing from its zip and lib-dynload (_json)
+        for argv in [python, "-I", "-S", "-c", _HARNESS, "root", top], [*_ROOT, top, python, "-S", "-c", "import json"]:
+            subprocess.run(argv, cwd=top, env={}, capture_output=True, text=True, check=True)
+        return top
+    except (OSError, subprocess.CalledProcessError) as e:  # one line, once (cached)
+        why = (getattr(e, "stderr", None) or repr(e)).strip().splitlines()[-1][:200]
+        print(f"rewards: WARNING: the runs get no root of their own ({why}): each runs in a plain dir behind the audit "
+              "hook alone, so the lookup-cache channel (rewards.py) is open", file=sys.stderr)
+        return ""
 
 
 def run_python(code: str, tests: str = "", *, setup: str = "", entry_point: str | None = None,
@@ -901,7 +900,7 @@ def run_python(code: str, tests: str = "", *, setup: str = "", entry_point: str 
         return ExecResult("timeout", None, "", "batch time budget spent", 0.0)
     cap, testing = OUTPUT_MB << 20, stdin is None
     job = dict(mode="test" if testing else "io", setup=setup, code=code, depth=100, cpu=int(timeout) + 1, fsize=cap,
-               uid=(1 << 30) + threading.get_native_id(), mem=memory_mb << 20, unsafe=_UNSAFE, name="solution" if testing else "__main__")
+               uid=(1 << 30) + threading.get_native_id(), mem=memory_mb << 20, name="solution" if testing else "__main__")
     # a solution under test is not __main__ (nor in HumanEval's or MBPP's harness): its `if __name__ == "__main__":`
     # tail (doctest.testmod(), unittest.main(), input()) does not run; all 1,138 references failed with a doctest
     # tail (twenty-second review). A script (io) is __main__
@@ -909,27 +908,20 @@ def run_python(code: str, tests: str = "", *, setup: str = "", entry_point: str 
                      check=bool(entry_point and _CHECK.search(tests)))
     # the program's dir is box in the caller's dir top (0711): it can neither remove nor replace its own dir
     top, procs, fds = tempfile.mkdtemp(prefix=WORKDIR_PREFIX), [], [*os.pipe(), *os.pipe()]  # requests, replies
-    work, kept, root = os.path.join(top, "box"), True, _own_root()
+    work, root = os.path.join(top, "box"), _own_root(sys.executable)
     files = [tempfile.TemporaryFile() for _ in range(6)]  # stdin, stdout, stderr: files cannot fill up and block;
     try:                                                  # the judge's job, its output; the sandbox's job
         os.chmod(top, 0o711), os.mkdir(work, 0o700)  # (the sandbox gives it to its uid)
         for f, text in zip((files[0], files[3], files[5]), (stdin or "", json.dumps(judge_job), json.dumps(job))):
             f.write(text.encode()), f.seek(0)
-        if root:  # its own root (_own_root): the fstab of _ROOT's `mount -a` (a space in a path as \040)
-            e, size = lambda p: p.translate({32: r"\040", 9: r"\011", 10: r"\012", 92: r"\134"}), 4 * OUTPUT_MB
-            lines = [f"proc {e(work)}/proc proc nosuid,nodev,noexec", f"dev {e(work)}/dev tmpfs mode=755,size=4k,nr_inodes=8",
-                     *(f"{e(f)} {e(work + p)} none bind,ro,noatime,nosuid,nodev" for p, f in root[1].items()),
-                     f"box {e(work + work)} tmpfs noexec,nosuid,nodev,size={size}m,nr_inodes=16k,mode=700"]
-            with open(os.path.join(top, "fstab"), "w") as f:
-                f.write("".join(line + ",X-mount.mkdir 0 0\n" for line in lines))
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": work, "TMPDIR": work, "LANG": "C.UTF-8",
                "PYTHONHASHSEED": "0", "PYTHONIOENCODING": "utf-8", "PYTHONDONTWRITEBYTECODE": "1",
                "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
         start = lambda script, fds, **kw: procs.append(subprocess.Popen(  # each in its own session (process group)
             [*kw.pop("prefix", ()), sys.executable, "-S", "-P", "-c", script, *map(str, fds), *kw.pop("argv", [])],
-            env=kw.pop("env", env), pass_fds=fds, start_new_session=True, **kw))
+            env=env, pass_fds=fds, start_new_session=True, **kw))
         start(_HARNESS, [files[5].fileno(), *fds[::3]], stdin=files[0], stdout=files[1], stderr=files[2], cwd=work,
-              prefix=(*_ROOT, root[0]) if root else (), argv=[work], env={**env, "PYTHONHOME": root[2]} if root else env)  # the work dir on its command line: strays are found by it
+              prefix=(*_ROOT, root) if root else (), argv=[work])  # the work dir on its command line: strays are found by it
         if testing:  # the judge: not forked from the program's process, holding none of its fds but the pipes
             start(_JUDGE, fds[1:3], stdin=files[3], stdout=files[4], stderr=files[4])
         while fds:  # each removed as it is closed: the finally below must not close a number another run reuses
