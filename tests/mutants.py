@@ -284,8 +284,8 @@ MUTANTS = [
     # (a chain of 3,000 dirs stayed), a dir that stays unreported
     ("workdir-removable-by-the-program", "rewards.py", "_sandbox_main", "or r.startswith(work)",
      'or (r + "/").startswith(work)', ids("test_rewards.py", "test_a_run_leaves_nothing_in_tmp")),
-    ("cleanup-by-recursive-rmtree", "rewards.py", "run_python", "kept = _remove(top)",
-     "__import__('shutil').rmtree(top, ignore_errors=True); kept = os.path.lexists(top)",
+    ("cleanup-by-recursive-rmtree", "rewards.py", "_remove", """subprocess.run(["sh", "-c", 'chmod -R u+rwx -- "$1"; rm -rf -- "$1"', "sh", top], capture_output=True)""",
+     "__import__('shutil').rmtree(top, ignore_errors=True)",
      ids("test_rewards.py", "test_a_run_leaves_nothing_in_tmp")),
     ("cleanup-failure-unreported", "rewards.py", "run_python", "if kept:", "if False:",
      ids("test_rewards.py", "test_a_run_leaves_nothing_in_tmp")),
