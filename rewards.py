@@ -160,6 +160,13 @@ class _Undecided(Exception):
     """The checker could not decide (timeout, too large): score 0 with status 'error'."""
 
 
+def _readable(fd, timeout: float) -> bool:
+    """Whether fd has something to read within timeout seconds (poll, not select(): the caller may hold fds numbered
+    past 1024): a reply from the sympy helper, a run's end."""
+    (poll := select.poll()).register(fd, select.POLLIN)
+    return bool(poll.poll(timeout * 1000))
+
+
 # ----------------------------------------------------------------------------------------------- math
 
 def _arg(s: str, i: int) -> tuple[str, int]:
@@ -193,9 +200,8 @@ def last_boxed(text: str) -> str | None:
 
 def gold_answer(answer: str) -> str:
     """A gold answer may be a plain value, a GSM8K solution ending in `#### N`, or a solution with a box."""
-    if "####" in answer:
-        return answer.rsplit("####", 1)[1].strip()
-    return last_boxed(answer) or answer  # no box, or an empty or unclosed one: the text as it is
+    # no box, or an empty or unclosed one: the text as it is
+    return answer.rsplit("####", 1)[1].strip() if "####" in answer else last_boxed(answer) or answer
 
 
 _SUBS = [("\\\\", " \\cr "), ("\u2212", "-"), ("\u00d7", "\\times "), ("\u00b7", "\\cdot "), ("\u00f7", "\\div "),
@@ -218,8 +224,7 @@ def _normalize(s: str) -> tuple[str, bool]:
         s = s.replace(a, b)
     while (t := _TEXT.sub(r"\1", s)) != s:
         s = t
-    pct = "%" in s
-    s = _UNIT.sub("", s.replace("%", "")).strip().rstrip(".").strip()
+    pct, s = "%" in s, _UNIT.sub("", s.replace("%", "")).strip().rstrip(".").strip()
     if s.count("=") == 1 and re.match(r"^\\?[a-zA-Z]+(_\{?\w+\}?)?\s*=", s):  # "x = 5" -> "5"
         s = s.split("=")[1].strip()
     if re.fullmatch(r"[-+]?\d{1,3}(,\d{3})+(\.\d+)?", s.replace(" ", "")):   # 1,000 -> 1000
@@ -241,9 +246,8 @@ def _balanced(s: str) -> bool:
 
 def _container(s: str) -> tuple[str, list[str]] | None:
     """(bracket kind, items) for tuples/intervals/lists/sets; kind '' for a bare comma list."""
-    kind, inner = "", s
-    if len(s) >= 2 and s[0] in "([{" and s[-1] in ")]}" and all(d > 0 for _, d in _depths(s[:-1])):
-        kind, inner = s[0] + s[-1], s[1:-1]
+    wrapped = len(s) >= 2 and s[0] in "([{" and s[-1] in ")]}" and all(d > 0 for _, d in _depths(s[:-1]))
+    kind, inner = (s[0] + s[-1], s[1:-1]) if wrapped else ("", s)
     cuts = [k for k, (ch, d) in enumerate(_depths(inner)) if ch == "," and d == 0]  # the top-level commas
     items = [inner[a + 1:b].strip() for a, b in zip([-1] + cuts, cuts + [len(inner)])]
     return (kind, items) if len(items) > 1 else None
@@ -320,8 +324,8 @@ def _sympy_worker():  # runs as its own program (python -c): this function's sou
     import sys, json, string, functools
     import sympy  # a dependency of torch, so always there
     from sympy.parsing.sympy_parser import parse_expr, standard_transformations, implicit_multiplication_application
-    T = standard_transformations + (implicit_multiplication_application,)
-    L = {c: sympy.Symbol(c) for c in string.ascii_letters}  # plain symbols: no E, I, N, S, O, Q surprises
+    # plain symbols: no E, I, N, S, O, Q surprises
+    T, L = standard_transformations + (implicit_multiplication_application,), {c: sympy.Symbol(c) for c in string.ascii_letters}
     print("ready", flush=True)
     def close(a, b):  # finite values within a relative 1e-9 at 50 digits (mpmath: no float overflow or underflow)
         d = a - b
@@ -357,28 +361,24 @@ class _Sympy:
     proc, lock = None, threading.Lock()  # one helper per process (_SYMPY below)
 
     def _readline(self, timeout: float) -> str:
-        poll = select.poll()  # not select(): the caller may hold fds numbered past 1024
-        poll.register(self.proc.stdout, select.POLLIN)
-        if not poll.poll(timeout * 1000):
-            self.proc.kill(), self.proc.wait()
-            self.proc = None
+        if not _readable(self.proc.stdout, timeout):
             raise _Undecided("sympy timed out")
         return self.proc.stdout.readline().strip()
 
     def equal(self, a: str, b: str) -> bool:
         with self.lock:
-            if self.proc is None or self.proc.poll() is not None:
-                self.proc = subprocess.Popen([sys.executable, "-P", "-c", _SYMPY_WORKER], stdin=subprocess.PIPE,
-                                             stdout=subprocess.PIPE, text=True)
-                if self._readline(60.0) != "ready":  # sympy imports in about a second
-                    self.proc = None
-                    raise _Undecided("the sympy helper did not start")
             try:
+                if self.proc is None or self.proc.poll() is not None:
+                    self.proc = subprocess.Popen([sys.executable, "-P", "-c", _SYMPY_WORKER], stdin=subprocess.PIPE,
+                                                 stdout=subprocess.PIPE, text=True)
+                    if self._readline(60.0) != "ready":  # sympy imports in about a second
+                        raise _Undecided("the sympy helper did not start")
                 print(json.dumps([a, b]), file=self.proc.stdin, flush=True)
-            except OSError:
+                return self._readline(SYMPY_TIMEOUT_S) == "1"
+            except (OSError, _Undecided) as e:  # timed out, died or did not start: killed, the next call starts anew
+                self.proc.kill(), self.proc.wait()
                 self.proc = None
-                raise _Undecided("sympy helper died")
-            return self._readline(SYMPY_TIMEOUT_S) == "1"
+                raise _Undecided(repr(e)) from None
 
 
 _SYMPY = _Sympy()
@@ -490,8 +490,8 @@ def _sandbox_main():
     sys.argv[:] = ["solution.py"]  # as `python solution.py` would show it (fileinput reads files named there)
     with open(job_fd) as f:
         job = json.load(f)
-    sys.path[:] = [p for p in sys.path if p]  # the standard library only: not the cwd (the program could plant math.py
-    # there), not site-packages (native modules such as _cffi_backend read memory and files)
+    # sys.path: the standard library only (-S -P): not the cwd (the program could plant math.py there), not
+    # site-packages (native modules such as _cffi_backend read memory and files)
     if child := os.fork():   # the intermediate: keeps the caller's identity and waits; the caller keeps the clock
         os.close(req_fd), os.close(resp_fd)
         code = os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
@@ -505,11 +505,10 @@ def _sandbox_main():
         for m in list(sys.modules.values()):             # packages already imported (collections, encodings)
             if isinstance(getattr(m, "__path__", None), list):
                 m.__path__[:] = [via(p) for p in m.__path__]
-        # a uid of its own (job["uid"]: unique while it runs), not nobody: as nobody every run could signal the
-        # others (pidfd, or SIGIO by F_SETOWN), and one program failed every correct one of its batch (eighteenth
-        # review)
-        uid = job["uid"]  # 2^30 + the caller's thread id (a run's own /proc shows no host pid): unique while it runs
-        os.chown(".", uid, uid), os.setgroups([]), os.setgid(uid), os.setuid(uid)
+        # a uid of its own (job["uid"]: 2^30 + the caller's thread id, unique while it runs; a run's own /proc shows
+        # no host pid), not nobody: as nobody every run could signal the others (pidfd, or SIGIO by F_SETOWN), and one
+        # program failed every correct one of its batch (eighteenth review)
+        os.chown(".", uid := job["uid"], uid), os.setgroups([]), os.setgid(uid), os.setuid(uid)
     # No PR_SET_PDEATHSIG: it needs ctypes, and a _ctypes this process has loaded can be loaded again by file
     # path with no audit event, giving the program pointers into its own memory (and the hook's state). The caller
     # kills the process group instead (a program could leave it with os.setsid).
@@ -529,12 +528,10 @@ def _sandbox_main():
             if part in ("", ".", ".."):
                 done = done[:-1] if part == ".." else done
                 continue
-            try:
-                target = readlink("/".join(["", *done, part]))
+            try:  # a symbolic link: its target takes its place (from the root when absolute)
+                todo[:0], done = (target := readlink("/".join(["", *done, part]))).split("/"), [] if target.startswith("/") else done
             except OSError:  # not a symbolic link (or no such path)
                 done.append(part)
-            else:  # a symbolic link: its target takes its place (from the root when absolute)
-                todo[:0], done = target.split("/"), [] if target.startswith("/") else done
         return "/".join(["", *done]) or "/"
     # r: a resolved path; strictly below the work dir (removing the dir itself and putting a file in its place left
     # the file in /tmp after the run, a note store for later runs: fourteenth review)
@@ -610,7 +607,7 @@ def _sandbox_main():
     sys.addaudithook(hook)
     # gc.set_debug(DEBUG_SAVEALL) kept dead frames in gc.garbage (this hook's, in a refused call's traceback);
     # a fresh gc module (with it back) needs _imp.create_builtin: every builtin module is imported now (but
-    # refused ones: Debian's Python has syslog and _posixsubprocess built in), then both go
+    # refused ones: Debian's Python has syslog and _posixsubprocess built in), then both go (below)
     [__import__(name) for name in sys.builtin_module_names if not unsafe(name)]
     # ways to keep notes across runs, none with an audit event: FIFOs or files outside (mkfifo, mknod), a process
     # outliving the run by leaving the process group killed at its end (it kept notes in file locks), pages of
@@ -622,17 +619,14 @@ def _sandbox_main():
     # Signals between runs graded at once, none with an audit event: free blocks of the filesystem shared by their
     # stdout files (statvfs: a program passed by reading a sibling's answers, twenty-third review), free memory
     # (sysconf), a kernel-wide counter of inode numbers (a burst of pipes a sibling sees in its own pipes' inode
-    # numbers: twenty-fourth review, 28/28 passes beside a solver)
+    # numbers: twenty-fourth review, 28/28 passes beside a solver). And glibc's gettext (in _locale, no audit event),
+    # which read .mo files anywhere and loaded the gconv library they named (nis, refused above, sent network traffic:
+    # seventeenth review)
     for name in ("mkfifo", "mknod", "setsid", "setpgid", "setpgrp", "login_tty", "posix_fadvise", "preadv", "pwritev",
                  "memfd_create", "setpriority", "sched_setaffinity", "sched_setscheduler", "sched_setparam", "monitoring",
-                 "activate_stack_trampoline", "statvfs", "fstatvfs", "sysconf", "pipe", "pipe2"):
-        [delattr(m, name) for m in (os, sys.modules[os.name], sys) if hasattr(m, name)]
-    # glibc's gettext (in _locale, no audit event) read .mo files anywhere and loaded the gconv library they named;
-    # nis (refused above) sent network traffic (seventeenth review)
-    loc = __import__("_locale")
-    [delattr(loc, name) for name in ("bindtextdomain", "bind_textdomain_codeset", "textdomain", "gettext", "dgettext",
-                                     "dcgettext") if hasattr(loc, name)]
-    del gc.set_debug, _imp.create_builtin
+                 "activate_stack_trampoline", "statvfs", "fstatvfs", "sysconf", "pipe", "pipe2", "bindtextdomain",
+                 "bind_textdomain_codeset", "textdomain", "gettext", "dgettext", "dcgettext", "set_debug", "create_builtin"):
+        [delattr(m, name) for m in (os, sys.modules[os.name], sys, __import__("_locale"), gc, _imp) if hasattr(m, name)]
     # traceback.print_exc / format_exc and logging.exception walk a traceback's frames, which are refused (the hook's
     # own frame is in a refused call's): they print the exception alone, as for an empty traceback (3.12+ also read
     # the last frame's names for a NameError's suggestion)
@@ -754,9 +748,8 @@ def _judge_main():  # runs as its own program (python -S -c; argv: request fd, r
         __ne__ = __lt__ = __le__ = __gt__ = __ge__ = __bool__ = __eq__
         __hash__ = object.__hash__
     enc, dec = _wire(job["depth"], Handle)
-    def ask(*request):  # (op, target, args, kwargs), or none: the reply to wait for first
-        if request:
-            op, target, args, kwargs = request
+    def ask(op=None, target=None, args=(), kwargs=None):  # a request, or none: the reply to wait for first
+        if op:
             requests.write(json.dumps([op, target, [*map(enc, args)], [[k, enc(v)] for k, v in kwargs.items()]]).encode() + b"\n")
             requests.flush()
         try:
@@ -911,8 +904,7 @@ def run_python(code: str, tests: str = "", *, setup: str = "", entry_point: str 
         for f, text in zip((files[0], files[3], files[5]), (stdin or "", json.dumps(judge_job), json.dumps(job))):
             f.write(text.encode()), f.seek(0)
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": work, "TMPDIR": work, "LANG": "C.UTF-8",
-               "PYTHONHASHSEED": "0", "PYTHONIOENCODING": "utf-8", "PYTHONDONTWRITEBYTECODE": "1",
-               "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+               "PYTHONHASHSEED": "0", "PYTHONIOENCODING": "utf-8", "PYTHONDONTWRITEBYTECODE": "1"}
         start = lambda script, fds, **kw: procs.append(subprocess.Popen(  # each in its own session (process group)
             [*kw.pop("prefix", ()), sys.executable, "-S", "-P", "-c", script, *map(str, fds), *kw.pop("argv", [])],
             env=env, pass_fds=fds, start_new_session=True, **kw))
@@ -923,33 +915,24 @@ def run_python(code: str, tests: str = "", *, setup: str = "", entry_point: str 
         while fds:  # each removed as it is closed: the finally below must not close a number another run reuses
             os.close(fds.pop())
         fds.append(os.pidfd_open(procs[-1].pid))  # the judge's when testing, closed by the finally below
-        poll = select.poll()
-        poll.register(fds[0], select.POLLIN)
-        exited = bool(poll.poll(timeout * 1000))  # the wall clock; the process groups are killed below either way
-        for p in procs:
-            with contextlib.suppress(ProcessLookupError):  # before reaping the leader, so the group id cannot be reused
+        exited = _readable(fds[0], timeout)  # the wall clock
+    except OSError as e:
+        return ExecResult("error", None, "", repr(e), time.monotonic() - t0)
+    finally:  # every process group killed (at the time limit, or failed half-way) before its leader is reaped (its
+        for p in procs:  # id could be reused after), then the outputs read and every fd and file closed
+            with contextlib.suppress(OSError):
                 os.killpg(p.pid, signal.SIGKILL)
-        rc, verdict = procs[0].wait(), procs[-1].wait()  # the program's exit status, the judge's
-        files[1].seek(0)
-        out, err = files[1].read(cap).decode("utf-8", "replace"), ""
+            p.kill(), p.wait()
+        out, err = os.pread(files[1].fileno(), cap, 0).decode("utf-8", "replace"), ""
         for f in files[2], files[4]:
             f.seek(max(0, f.seek(0, 2) - 1000))
             err += f.read().decode("utf-8", "replace")
-    except OSError as e:
-        return ExecResult("error", None, "", repr(e), time.monotonic() - t0)
-    finally:
-        for p in procs:
-            if p.returncode is None:  # failed half-way: leave nothing running
-                with contextlib.suppress(OSError):
-                    os.killpg(p.pid, signal.SIGKILL)
-                p.kill(), p.wait()
         [os.close(fd) for fd in fds]
         [f.close() for f in files]
-        kept = _remove(top)
-    if kept:  # the program made its dir unremovable: no reward, and the caller is told
-        return ExecResult("error", rc, out, err + "\nsandbox: could not remove " + top, time.monotonic() - t0)
-    # tests: the judge's verdict only
-    status = "timeout" if not exited or rc == 128 + signal.SIGXCPU else "pass" if verdict == 0 else "fail"
+        err += f"\nsandbox: could not remove {top}" if (kept := _remove(top)) else ""
+    rc, verdict = procs[0].returncode, procs[-1].returncode  # the program's exit status, the judge's
+    # tests: the judge's verdict only; a dir the program made unremovable: no reward ('error'), and the caller is told
+    status = "error" if kept else "timeout" if not exited or rc == 128 + signal.SIGXCPU else "pass" if verdict == 0 else "fail"
     return ExecResult(status, rc, out, err, time.monotonic() - t0)
 
 

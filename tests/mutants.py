@@ -239,7 +239,7 @@ MUTANTS = [
      '(ModuleNotFoundError if event == "import" else PermissionError)', "PermissionError",
      ids("test_rewards.py", "test_a_refused_import_is_a_missing_module")),
     ("tcl-importable", "rewards.py", "_sandbox_main", '"_tkinter", "_ssl", "mmap", "nis", "spwd")', '"_ssl", "mmap", "nis", "spwd")', SANDBOX_ESCAPES),
-    ("gc-set-debug-kept", "rewards.py", "_sandbox_main", "del gc.set_debug, _imp.create_builtin", "pass", SANDBOX_ESCAPES),
+    ("gc-set-debug-kept", "rewards.py", "_sandbox_main", '"dcgettext", "set_debug", "create_builtin")', '"dcgettext")', SANDBOX_ESCAPES),
     ("import-name-via-str", "rewards.py", "_sandbox_main",
      'type(args[0]) is not str or any(unsafe(part) for part in args[0].split("."))',
      'any(unsafe(part) for part in str(args[0]).split("."))', SANDBOX_ESCAPES),
@@ -287,7 +287,7 @@ MUTANTS = [
     ("cleanup-by-recursive-rmtree", "rewards.py", "_remove", """subprocess.run(["sh", "-c", 'chmod -R u+rwx -- "$1"; rm -rf -- "$1"', "sh", top], capture_output=True)""",
      "__import__('shutil').rmtree(top, ignore_errors=True)",
      ids("test_rewards.py", "test_a_run_leaves_nothing_in_tmp")),
-    ("cleanup-failure-unreported", "rewards.py", "run_python", "if kept:", "if False:",
+    ("cleanup-failure-unreported", "rewards.py", "run_python", '"error" if kept else ', "",
      ids("test_rewards.py", "test_a_run_leaves_nothing_in_tmp")),
     # the fifteenth review: site-packages inside the standard library's dir (pyenv) readable and importable
     # (_cffi_backend read the gold solutions), and no cap on files or dirs made (the cleanup took 19 s)
@@ -306,7 +306,7 @@ MUTANTS = [
      '"setpriority", "sched_setaffinity", "sched_setscheduler", "sched_setparam"', '"setsid"',
      ids("test_rewards.py", "test_no_oracle_in_assert_messages_and_no_escape_from_the_run")),
     # the seventeenth review: glibc's gettext read .mo files anywhere; nis sent network traffic
-    ("gettext-left-to-the-program", "rewards.py", "_sandbox_main", 'loc = __import__("_locale")', 'loc = __import__("json")',
+    ("gettext-left-to-the-program", "rewards.py", "_sandbox_main", '__import__("_locale"), gc', 'gc',
      ids("test_rewards.py", "test_adversary_reads_files_through_gettext_and_uses_nis")),
     ("nis-importable", "rewards.py", "_sandbox_main", '"mmap", "nis", "spwd")', '"mmap", "spwd")',
      ids("test_rewards.py", "test_adversary_reads_files_through_gettext_and_uses_nis")),
