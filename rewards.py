@@ -38,27 +38,30 @@ on its path) and a 2x memory limit. Guaranteed, each by an adversarial test:
   any plain value itself): the judge decodes fresh ones.
 - The sandbox, per run: `python -S` in its own session, temp dir and scrubbed environment, killed with its process
   group at the time limit (the judge's too). As root where namespaces and mounts are allowed (unshare -m -n -i -p),
-  the run has its own root, network, IPC and PIDs (its processes die with it): every dir in it fresh, its own (a zip
-  of the standard library, its .so files, their libraries, Python: bound file by file), its own /proc, /dev/null,
-  /dev/urandom and its own dir only, a fresh tmpfs, noexec (no file
-  the program writes can be loaded as code, the way two reviews' .so reached libcrypto), nosuid, nodev, 64 MiB in
-  all, gone with the run; no_new_privs (setpriv: a set-uid program gives it nothing). So what the audit hook guards
-  does not rest on it alone: a CPython use-after-free (pure Python, io.BufferedReader) gave a program memory access
-  and it undid the hook, reading the data's gold solutions (nineteenth review); in its own root it finds none. Keep
-  gold data out of those dirs. It forks: the parent keeps the caller's identity and waits; the child drops to a uid
-  of its own (2^30 + the caller's thread id) when the caller is root, sets rlimits (CPU, memory, file size, NPROC 1,
-  no core, 64 fds), installs an audit hook refusing kill, process creation, ctypes, sockets, sqlite, tracing, other
-  audit hooks, frame/gc introspection, changing the environment, file locks, nis (network), glibc's gettext,
-  writing outside its dir and reading outside it and the standard library (so not /proc, site-packages, the data's
-  gold answers or other runs' files), and more than 10,000 files written or dirs made (a refused import raises ModuleNotFoundError, so a
-  `try: import ssl / except ImportError:` fallback goes on; the fallback is another import, checked). Its path
-  checks resolve paths with C functions bound before the program runs and accept exact str / bytes only. The hook's
-  own state (its closure) must stay out of reach: a refused call's traceback holds the hook's frame (frames are
-  refused: sys._getframe, tracebacks', generators', gc.set_debug removed; traceback.print_exc and logging.exception
-  print the exception without its frames), and a signal handler's frame argument led to the main thread's (the
-  program runs in a second thread, where Python refuses signal handlers; the main thread only waits and ignores
-  SIGINT). The routes to the process's memory are refused too: ctypes, _testcapi, /proc, os.open relative to a
-  dir_fd, building or unmarshalling code objects.
+  the run has its own root, network, IPC and PIDs (its processes die with it): every dir in it a fresh tmpfs of its
+  own, holding the host's files it needs bound one by one, read-only and noatime (the standard library as one zip,
+  lib-dynload's .so files, their libraries, Python), its own /proc, /dev/null, /dev/urandom, and its own dir, noexec
+  (no file the program writes can be loaded as code, the way two reviews' .so reached libcrypto), nosuid, nodev, 64
+  MiB in all, gone with the run; no_new_privs (setpriv: a set-uid program gives it nothing). Where that root cannot
+  be made (no namespaces, no ldd, ...), one line on stderr says so, once per process, and runs go on as without it.
+  It costs time (2-core machine, shared): a one-line program 50-57 ms vs 27 ms in a plain dir (main's root of bound
+  dirs: 37-43 ms); 100 MBPP references in parallel 1.5-1.7x the plain dir's time (main's: 1.3x). So what the audit
+  hook guards does not rest on it alone: a CPython use-after-free (pure Python, io.BufferedReader) gave a program
+  memory access and it undid the hook, reading the data's gold solutions (nineteenth review); in its own root it
+  finds none. Keep gold data out of the files bound there. It forks: the parent keeps the caller's identity and
+  waits; the child drops to a uid of its own (2^30 + the caller's thread id) when the caller is root, sets rlimits
+  (CPU, memory, file size, NPROC 1, no core, 64 fds), installs an audit hook refusing kill, process creation, ctypes,
+  sockets, sqlite, tracing, other audit hooks, frame/gc introspection, changing the environment, file locks, nis
+  (network), glibc's gettext, writing outside its dir and reading outside it and the standard library (so not /proc,
+  site-packages, the data's gold answers or other runs' files), and more than 10,000 files written or dirs made (a
+  refused import raises ModuleNotFoundError, so a `try: import ssl / except ImportError:` fallback goes on; the
+  fallback is another import, checked). Its path checks resolve paths with C functions bound before the program runs
+  and accept exact str / bytes only. The hook's own state (its closure) must stay out of reach: a refused call's
+  traceback holds the hook's frame (frames are refused: sys._getframe, tracebacks', generators', gc.set_debug
+  removed; traceback.print_exc and logging.exception print the exception without its frames), and a signal handler's
+  frame argument led to the main thread's (the program runs in a second thread, where Python refuses signal handlers;
+  the main thread only waits and ignores SIGINT). The routes to the process's memory are refused too: ctypes,
+  _testcapi, /proc, os.open relative to a dir_fd, building or unmarshalling code objects.
 - The caller compares stdin/stdout tests itself and kills the process groups; malformed problems never pass.
 
 NOT supported / NOT protected against (run large-scale untrusted code in a container or VM):
@@ -70,22 +73,24 @@ NOT supported / NOT protected against (run large-scale untrusted code in a conta
 - A memory-safety bug of CPython or of an extension module the program may import escapes the audit hook (one is
   public: the nineteenth review's use-after-free). Without its own root (not root, or no namespaces) the program
   can then read what its uid can (the data's gold answers, if world-readable), and use the network; in its own root,
-  what the system's and Python's dirs hold. The verdict stays the judge's either way.
+  the files bound in it (the standard library, Python, their libraries). The verdict stays the judge's either way.
 - os.setsid / setpgid / setpgrp / login_tty (not audited) are deleted before the program runs, so it cannot leave
   the process group killed at the end; another way out of it would let a process outlive its run and keep notes
   (file locks on standard-library files, its mere existence) for later runs. The page cache kept notes with no
   process (pages of standard-library files evicted and probed): posix_fadvise, preadv, pwritev are deleted and mmap
-  refused; reading a rarely used file still leaves a bit a later run could time (atimes no longer: in its own root
-  the dirs are bound read-only and noatime, twenty-fifth review), and so do the kernel's cached failed lookups
-  (os.stat is not audited: a later run times a missing name's lookup; 64 bits survived 20 other runs, twenty-first
-  review; in its own root no longer: no dir of the host is in it, and its own dirs go with it). **These notes reached a
-  verdict**: a correct program can write its answers as missing names it looks up, and a later program computing
-  nothing, run on the same problem, read them back by timing one lookup per bit and passed (twenty-fifth review, real
-  MBPP problems: 8/10 and 22/30 right after the solver in one grade() call on 3.11, 15/20 on 3.12, 14/20 with three
-  other runs between in separate calls; 0/10 alone). grade() running one problem's programs one after another does not
-  help (the notes outlast a run). Closed in its own root (_own_root: the reproducer's listener 0/20 there); without
-  one (not root, or no namespaces), do not trust code rewards against an optimiser that could find it. An
-  `and` inside one assert still runs its later calls only if the earlier ones held (none in HumanEval or MBPP).
+  refused; reading a rarely used file still leaves a bit a later run could time, in its own root too: the files bound
+  there (the zip, the .so files, the libraries) are the host's, their pages shared (open, not fixed; atimes no
+  longer: bound read-only and noatime, twenty-fifth review). The kernel's cached failed lookups did too (os.stat is
+  not audited: a later run times a missing name's lookup; 64 bits survived 20 other runs, twenty-first review), and
+  **these notes reached a verdict**: a correct program can write its answers as missing names it looks up, and a
+  later program computing nothing, run on the same problem, read them back by timing one lookup per bit and passed
+  (twenty-fifth review, real MBPP problems: 8/10 and 22/30 right after the solver in one grade() call on 3.11, 15/20
+  on 3.12, 14/20 with three other runs between in separate calls; 0/10 alone). grade() running one problem's programs
+  one after another does not help (the notes outlast a run). Closed in its own root, where every dir is fresh and
+  gone with the run (the reproducer's listener: 0/20 right after the solver and 0/20 in a later call, 13/20 and 11/20
+  on the previous root); without one (not root, no namespaces, or the root could not be made), open: do not trust
+  code rewards then against an optimiser that could find it. An `and` inside one assert still runs its later calls
+  only if the earlier ones held (none in HumanEval or MBPP).
 - Wrong-but-passing answers the tests cannot see: special-casing the (often visible) tests, a test that only checks
   that a call does not raise (a program that sends its reply early then hangs passes tests that call nothing).
 - As non-root the program runs as you, behind only the audit hook, which can be evaded (os.pidfd_open +
@@ -109,9 +114,9 @@ NOT supported / NOT protected against (run large-scale untrusted code in a conta
   leave correct siblings after it 'timeout' (twenty-fifth review; training sets no total_timeout). Two grade() calls
   at once (two processes) are not kept apart.
 - A correct program writing more than 64 MiB in all fails in its own root (the tmpfs's size), not without it.
-- Without its own root (not root, or no namespaces): network is refused only by the audit hook, disk use is
-  bounded per file (16 MiB) and by the 10,000-file cap only, so a run can fill the disk for its few seconds, and a
-  file it writes is not kept from being mapped as code; its dir is removed after it (a run that
+- Without its own root (not root, no namespaces, or it could not be made): network is refused only by the audit
+  hook, disk use is bounded per file (16 MiB) and by the 10,000-file cap only, so a run can fill the disk for its few
+  seconds, and a file it writes is not kept from being mapped as code; its dir is removed after it (a run that
   defeats that scores 0, 'error').
 Cost of the memory guards: a program importing anything outside the standard library fails (site-packages are not
 on its path, and native modules load only from the standard library's files), and so does one importing subprocess or
