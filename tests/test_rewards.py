@@ -658,10 +658,11 @@ def test_adversary_loads_native_code():
     run_adversary(NATIVE_CODE.format(cffi=cffi), "assert ways")
 
 
-def test_adversary_uses_site_packages_inside_the_standard_library():
+def test_adversary_uses_site_packages_inside_the_standard_library(hook_only):
     """The fifteenth review: pyenv's site-packages (Docker's and conda's too) is inside the standard library's dir,
     which the sandbox may read and import native modules from: appended to sys.path, _cffi_backend imported and
-    called libc's open / read with no audit event, and read the data's gold solutions (1,138 of 1,138 passed)."""
+    called libc's open / read with no audit event, and read the data's gold solutions (1,138 of 1,138 passed).
+    Without the run's own root: in it there is no site-packages at all, which would hide the hook rule's loss."""
     import sysconfig
     site = sysconfig.get_paths()["purelib"]  # (inside the standard library's dir on this project's CPU machines)
     run_adversary(f"""
@@ -1138,11 +1139,14 @@ def test_a_run_leaves_nothing_in_tmp(tmp_path, monkeypatch):
         r = R.run_python("import os\nopen('f', 'w').close()\nn = 0\nfor i in range(12000):\n    try:\n"
                          f"        {make}\n        n += 1\n    except OSError:\n        pass\nprint(n)", stdin="")
         assert r.status == "pass" and int(r.stdout) < 10_000, (make, r)
-    # _remove on its own: paths far past PATH_MAX, a directory with no permissions
+    # _remove on its own (in the run's own root the program's files never reach the caller's dir): paths far past
+    # PATH_MAX, a directory with no permissions, a chain of 3,000 directories (shutil.rmtree's recursion failed)
     top, d = tmp_path / "top", ""
-    os.makedirs(top / "locked" / "in")
+    os.makedirs(top / "locked" / "in"), os.makedirs(top / "chain" / "c")
     for _ in range(30):
         os.mkdir(top / "n"), os.rename(top / "locked", top / "n" / ("c" * 200)), os.rename(top / "n", top / "locked")
+    for _ in range(3000):
+        os.mkdir(top / "n"), os.rename(top / "chain" / "c", top / "n" / "c"), os.rename(top / "n", top / "chain" / "c")
     (top / "f").write_text("1"), os.chmod(top / "locked", 0)
     assert R._remove(str(top)) is False and not top.exists()
     monkeypatch.setattr(R, "_remove", lambda top: True)  # a dir that stays: no reward, and the caller is told
@@ -1239,8 +1243,8 @@ def secret():
 @pytest.mark.skipif(not R._own_root(sys.executable), reason="needs root, namespaces and mounts (unshare -m -n)")
 def test_a_run_sees_only_the_system_python_and_its_own_dir(secret, monkeypatch):
     """Where it can, the sandbox does not rest on the audit hook alone (a CPython bug undid it: nineteenth review):
-    the run's root holds the system's and Python's dirs, /proc and its own dir, a fresh tmpfs, noexec (two reviews ran
-    a .so the program wrote), 64 MiB in all; no network. Checked with calls the hook does not see (os.stat, listdir,
+    the run's root holds the host's files Python needs (bound one by one), /proc and its own dir, a fresh tmpfs,
+    noexec (two reviews ran a .so the program wrote), 64 MiB in all; no network. Checked with calls the hook does not see (os.stat, listdir,
     if_nameindex): the previous code showed the secret, /tmp's other files and the machine's network interfaces.
     os.statvfs is left to this program (it reads the mount's flags; deleted for programs: a signal between runs)."""
     monkeypatch.setattr(R, "_HARNESS", R._HARNESS.replace('"statvfs", ', ""))
