@@ -80,11 +80,10 @@ def _parse_row(row: dict) -> tuple[str, dict]:
         return "MBPP", p
     if {"prompt", "test", "entry_point"} <= keys:
         prompt = _text(row, "prompt")
-        p = {"task": "code", "prompt": "Complete the following Python function. Write the complete function "
-             f"(signature and body, with any imports it needs).\n\n```python\n{prompt}```",
-             "setup_code": prompt, "test_code": _text(row, "test"), "entry_point": _text(row, "entry_point"),
-             **({"solution": prompt + row["canonical_solution"]} if isinstance(row.get("canonical_solution"), str) else {})}
-        return "HumanEval", p
+        return "HumanEval", {"task": "code", "prompt": "Complete the following Python function. Write the complete function "
+                             f"(signature and body, with any imports it needs).\n\n```python\n{prompt}```",
+                             "setup_code": prompt, "test_code": _text(row, "test"), "entry_point": _text(row, "entry_point"),
+                             **({"solution": prompt + row["canonical_solution"]} if isinstance(row.get("canonical_solution"), str) else {})}
     if (io := row.get("io_tests")) is None and isinstance(row.get("input_output"), str):  # APPS / TACO style
         io = json.loads(row["input_output"])
     if io is None and "inputs" in keys and "outputs" in keys:
@@ -198,9 +197,7 @@ _ITEMS = ["apples", "marbles", "stickers", "books", "pencils", "cookies", "shell
 def _math_problem(r: random.Random) -> tuple[str, dict]:
     """(split key, problem): a word problem with 2-4 arithmetic steps and a non-negative integer answer; the key
     is the prompt."""
-    n, it = r.choice(_NAMES), r.choice(_ITEMS)
-    a, b, c, d = (r.randint(2, 12) for _ in range(4))
-    k = r.randrange(12)
+    n, it, (a, b, c, d), k = r.choice(_NAMES), r.choice(_ITEMS), [r.randint(2, 12) for _ in range(4)], r.randrange(12)
     if k == 0:
         d = r.randint(1, a + b * c)
         prompt, answer = f"{n} has {a} {it}. {n} buys {b} packs with {c} {it} in each, then gives away {d}. How many {it} does {n} have now?", a + b * c - d

@@ -304,8 +304,7 @@ def load_adapter(model: nn.Module, name: str, path: str) -> dict:
     """Load an adapter file or a PEFT LoRA folder (read_adapter) into `name`, creating it with the file's
     rank/alpha/dropout/targets if it does not exist (an existing one keeps its dropout). Raises ValueError naming
     the file if it does not fit the model or the existing adapter. Returns the file's config."""
-    tensors, cfg = read_adapter(path)
-    created = name not in adapter_names(model)
+    (tensors, cfg), created = read_adapter(path), name not in adapter_names(model)
     try:
         if created:
             add_adapter(model, name, cfg["rank"], cfg["alpha"], cfg["dropout"], targets=cfg["targets"])

@@ -38,26 +38,30 @@ on its path) and a 2x memory limit. Guaranteed, each by an adversarial test:
   any plain value itself): the judge decodes fresh ones.
 - The sandbox, per run: `python -S` in its own session, temp dir and scrubbed environment, killed with its process
   group at the time limit (the judge's too). As root where namespaces and mounts are allowed (unshare -m -n -i -p),
-  the run has its own root, network, IPC and PIDs (its processes die with it): it sees the system's dirs (/usr,
-  /etc, /bin, /lib), Python's, its own /proc, /dev/null, /dev/urandom and its own dir only, a fresh tmpfs, noexec (no file
-  the program writes can be loaded as code, the way two reviews' .so reached libcrypto), nosuid, nodev, 64 MiB in
-  all, gone with the run; no_new_privs (setpriv: a set-uid program gives it nothing). So what the audit hook guards
-  does not rest on it alone: a CPython use-after-free (pure Python, io.BufferedReader) gave a program memory access
-  and it undid the hook, reading the data's gold solutions (nineteenth review); in its own root it finds none. Keep
-  gold data out of those dirs. It forks: the parent keeps the caller's identity and waits; the child drops to a uid
-  of its own (2^30 + the caller's thread id) when the caller is root, sets rlimits (CPU, memory, file size, NPROC 1,
-  no core, 64 fds), installs an audit hook refusing kill, process creation, ctypes, sockets, sqlite, tracing, other
-  audit hooks, frame/gc introspection, changing the environment, file locks, nis (network), glibc's gettext,
-  writing outside its dir and reading outside it and the standard library (so not /proc, site-packages, the data's
-  gold answers or other runs' files), and more than 10,000 files written or dirs made (a refused import raises ModuleNotFoundError, so a
-  `try: import ssl / except ImportError:` fallback goes on; the fallback is another import, checked). Its path
-  checks resolve paths with C functions bound before the program runs and accept exact str / bytes only. The hook's
-  own state (its closure) must stay out of reach: a refused call's traceback holds the hook's frame (frames are
-  refused: sys._getframe, tracebacks', generators', gc.set_debug removed; traceback.print_exc and logging.exception
-  print the exception without its frames), and a signal handler's frame argument led to the main thread's (the
-  program runs in a second thread, where Python refuses signal handlers; the main thread only waits and ignores
-  SIGINT). The routes to the process's memory are refused too: ctypes, _testcapi, /proc, os.open relative to a
-  dir_fd, building or unmarshalling code objects.
+  the run has its own root, network, IPC and PIDs (its processes die with it): every dir in it a fresh tmpfs of its
+  own, holding the host's files it needs bound one by one, read-only and noatime (the standard library as one zip,
+  lib-dynload's .so files, their libraries, Python), its own /proc, /dev/null, /dev/urandom, and its own dir, noexec
+  (no file the program writes can be loaded as code, the way two reviews' .so reached libcrypto), nosuid, nodev, 64
+  MiB in all, gone with the run; no_new_privs (setpriv: a set-uid program gives it nothing). Where that root cannot
+  be made (no namespaces, no ldd, ...), one line on stderr says so, once per process, and runs go on as without it.
+  It costs time (2-core machine, shared): a one-line program 50-57 ms vs 27 ms in a plain dir (main's root of bound
+  dirs: 37-43 ms); 100 MBPP references in parallel 1.5-1.7x the plain dir's time (main's: 1.3x). So what the audit
+  hook guards does not rest on it alone: a CPython use-after-free (pure Python, io.BufferedReader) gave a program
+  memory access and it undid the hook, reading the data's gold solutions (nineteenth review); in its own root it
+  finds none. Keep gold data out of the files bound there. It forks: the parent keeps the caller's identity and
+  waits; the child drops to a uid of its own (2^30 + the caller's thread id) when the caller is root, sets rlimits
+  (CPU, memory, file size, NPROC 1, no core, 64 fds), installs an audit hook refusing kill, process creation, ctypes,
+  sockets, sqlite, tracing, other audit hooks, frame/gc introspection, changing the environment, file locks, nis
+  (network), glibc's gettext, writing outside its dir and reading outside it and the standard library (so not /proc,
+  site-packages, the data's gold answers or other runs' files), and more than 10,000 files written or dirs made (a
+  refused import raises ModuleNotFoundError, so a `try: import ssl / except ImportError:` fallback goes on; the
+  fallback is another import, checked). Its path checks resolve paths with C functions bound before the program runs
+  and accept exact str / bytes only. The hook's own state (its closure) must stay out of reach: a refused call's
+  traceback holds the hook's frame (frames are refused: sys._getframe, tracebacks', generators', gc.set_debug
+  removed; traceback.print_exc and logging.exception print the exception without its frames), and a signal handler's
+  frame argument led to the main thread's (the program runs in a second thread, where Python refuses signal handlers;
+  the main thread only waits and ignores SIGINT). The routes to the process's memory are refused too: ctypes,
+  _testcapi, /proc, os.open relative to a dir_fd, building or unmarshalling code objects.
 - The caller compares stdin/stdout tests itself and kills the process groups; malformed problems never pass.
 
 NOT supported / NOT protected against (run large-scale untrusted code in a container or VM):
@@ -69,24 +73,24 @@ NOT supported / NOT protected against (run large-scale untrusted code in a conta
 - A memory-safety bug of CPython or of an extension module the program may import escapes the audit hook (one is
   public: the nineteenth review's use-after-free). Without its own root (not root, or no namespaces) the program
   can then read what its uid can (the data's gold answers, if world-readable), and use the network; in its own root,
-  what the system's and Python's dirs hold. The verdict stays the judge's either way.
+  the files bound in it (the standard library, Python, their libraries). The verdict stays the judge's either way.
 - os.setsid / setpgid / setpgrp / login_tty (not audited) are deleted before the program runs, so it cannot leave
   the process group killed at the end; another way out of it would let a process outlive its run and keep notes
   (file locks on standard-library files, its mere existence) for later runs. The page cache kept notes with no
   process (pages of standard-library files evicted and probed): posix_fadvise, preadv, pwritev are deleted and mmap
-  refused; reading a rarely used file still leaves a bit a later run could time (atimes no longer: in its own root
-  the dirs are bound read-only and noatime, twenty-fifth review), and so do the kernel's cached failed lookups
-  (os.stat is not audited: a later run times a missing name's lookup; 64 bits survived 20 other runs; in its own root
-  too: the cache is the filesystem's, and /usr is bound, not copied, twenty-first review). **These notes reach a
-  verdict**: a correct program can write its answers as missing names it looks up, and a later program computing
-  nothing, run on the same problem, read them back by timing one lookup per bit and passed (twenty-fifth review, real
-  MBPP problems: 8/10 and 22/30 right after the solver in one grade() call on 3.11, 15/20 on 3.12, 14/20 with three
-  other runs between in separate calls; 0/10 alone). grade() running one problem's programs one after another does not
-  help (the notes outlast a run). Closing it needs every dir a run can look names up in to be its own (a fresh
-  filesystem per run: the standard library from a private copy or image; not done); refusing stat is not enough (the
-  hook's own path resolution and imports look names up). Until then, do not trust code rewards against an optimiser
-  that could find it (math rewards are not affected). An
-  `and` inside one assert still runs its later calls only if the earlier ones held (none in HumanEval or MBPP).
+  refused; reading a rarely used file still leaves a bit a later run could time, in its own root too: the files bound
+  there (the zip, the .so files, the libraries) are the host's, their pages shared (open, not fixed; atimes no
+  longer: bound read-only and noatime, twenty-fifth review). The kernel's cached failed lookups did too (os.stat is
+  not audited: a later run times a missing name's lookup; 64 bits survived 20 other runs, twenty-first review), and
+  **these notes reached a verdict**: a correct program can write its answers as missing names it looks up, and a
+  later program computing nothing, run on the same problem, read them back by timing one lookup per bit and passed
+  (twenty-fifth review, real MBPP problems: 8/10 and 22/30 right after the solver in one grade() call on 3.11, 15/20
+  on 3.12, 14/20 with three other runs between in separate calls; 0/10 alone). grade() running one problem's programs
+  one after another does not help (the notes outlast a run). Closed in its own root, where every dir is fresh and
+  gone with the run (the reproducer's listener: 0/20 right after the solver and 0/20 in a later call, 13/20 and 11/20
+  on the previous root); without one (not root, no namespaces, or the root could not be made), open: do not trust
+  code rewards then against an optimiser that could find it. An `and` inside one assert still runs its later calls
+  only if the earlier ones held (none in HumanEval or MBPP).
 - Wrong-but-passing answers the tests cannot see: special-casing the (often visible) tests, a test that only checks
   that a call does not raise (a program that sends its reply early then hangs passes tests that call nothing).
 - As non-root the program runs as you, behind only the audit hook, which can be evaded (os.pidfd_open +
@@ -110,9 +114,9 @@ NOT supported / NOT protected against (run large-scale untrusted code in a conta
   leave correct siblings after it 'timeout' (twenty-fifth review; training sets no total_timeout). Two grade() calls
   at once (two processes) are not kept apart.
 - A correct program writing more than 64 MiB in all fails in its own root (the tmpfs's size), not without it.
-- Without its own root (not root, or no namespaces): network is refused only by the audit hook, disk use is
-  bounded per file (16 MiB) and by the 10,000-file cap only, so a run can fill the disk for its few seconds, and a
-  file it writes is not kept from being mapped as code; its dir is removed after it (a run that
+- Without its own root (not root, no namespaces, or it could not be made): network is refused only by the audit
+  hook, disk use is bounded per file (16 MiB) and by the 10,000-file cap only, so a run can fill the disk for its few
+  seconds, and a file it writes is not kept from being mapped as code; its dir is removed after it (a run that
   defeats that scores 0, 'error').
 Cost of the memory guards: a program importing anything outside the standard library fails (site-packages are not
 on its path, and native modules load only from the standard library's files), and so does one importing subprocess or
@@ -161,6 +165,13 @@ class _Undecided(Exception):
     """The checker could not decide (timeout, too large): score 0 with status 'error'."""
 
 
+def _readable(fd, timeout: float) -> bool:
+    """Whether fd has something to read within timeout seconds (poll, not select(): the caller may hold fds numbered
+    past 1024): a reply from the sympy helper, a run's end."""
+    (poll := select.poll()).register(fd, select.POLLIN)
+    return bool(poll.poll(timeout * 1000))
+
+
 # ----------------------------------------------------------------------------------------------- math
 
 def _arg(s: str, i: int) -> tuple[str, int]:
@@ -194,9 +205,8 @@ def last_boxed(text: str) -> str | None:
 
 def gold_answer(answer: str) -> str:
     """A gold answer may be a plain value, a GSM8K solution ending in `#### N`, or a solution with a box."""
-    if "####" in answer:
-        return answer.rsplit("####", 1)[1].strip()
-    return last_boxed(answer) or answer  # no box, or an empty or unclosed one: the text as it is
+    # no box, or an empty or unclosed one: the text as it is
+    return answer.rsplit("####", 1)[1].strip() if "####" in answer else last_boxed(answer) or answer
 
 
 _SUBS = [("\\\\", " \\cr "), ("\u2212", "-"), ("\u00d7", "\\times "), ("\u00b7", "\\cdot "), ("\u00f7", "\\div "),
@@ -219,8 +229,7 @@ def _normalize(s: str) -> tuple[str, bool]:
         s = s.replace(a, b)
     while (t := _TEXT.sub(r"\1", s)) != s:
         s = t
-    pct = "%" in s
-    s = _UNIT.sub("", s.replace("%", "")).strip().rstrip(".").strip()
+    pct, s = "%" in s, _UNIT.sub("", s.replace("%", "")).strip().rstrip(".").strip()
     if s.count("=") == 1 and re.match(r"^\\?[a-zA-Z]+(_\{?\w+\}?)?\s*=", s):  # "x = 5" -> "5"
         s = s.split("=")[1].strip()
     if re.fullmatch(r"[-+]?\d{1,3}(,\d{3})+(\.\d+)?", s.replace(" ", "")):   # 1,000 -> 1000
@@ -242,9 +251,8 @@ def _balanced(s: str) -> bool:
 
 def _container(s: str) -> tuple[str, list[str]] | None:
     """(bracket kind, items) for tuples/intervals/lists/sets; kind '' for a bare comma list."""
-    kind, inner = "", s
-    if len(s) >= 2 and s[0] in "([{" and s[-1] in ")]}" and all(d > 0 for _, d in _depths(s[:-1])):
-        kind, inner = s[0] + s[-1], s[1:-1]
+    wrapped = len(s) >= 2 and s[0] in "([{" and s[-1] in ")]}" and all(d > 0 for _, d in _depths(s[:-1]))
+    kind, inner = (s[0] + s[-1], s[1:-1]) if wrapped else ("", s)
     cuts = [k for k, (ch, d) in enumerate(_depths(inner)) if ch == "," and d == 0]  # the top-level commas
     items = [inner[a + 1:b].strip() for a, b in zip([-1] + cuts, cuts + [len(inner)])]
     return (kind, items) if len(items) > 1 else None
@@ -321,8 +329,8 @@ def _sympy_worker():  # runs as its own program (python -c): this function's sou
     import sys, json, string, functools
     import sympy  # a dependency of torch, so always there
     from sympy.parsing.sympy_parser import parse_expr, standard_transformations, implicit_multiplication_application
-    T = standard_transformations + (implicit_multiplication_application,)
-    L = {c: sympy.Symbol(c) for c in string.ascii_letters}  # plain symbols: no E, I, N, S, O, Q surprises
+    # plain symbols: no E, I, N, S, O, Q surprises
+    T, L = standard_transformations + (implicit_multiplication_application,), {c: sympy.Symbol(c) for c in string.ascii_letters}
     print("ready", flush=True)
     def close(a, b):  # finite values within a relative 1e-9 at 50 digits (mpmath: no float overflow or underflow)
         d = a - b
@@ -358,28 +366,24 @@ class _Sympy:
     proc, lock = None, threading.Lock()  # one helper per process (_SYMPY below)
 
     def _readline(self, timeout: float) -> str:
-        poll = select.poll()  # not select(): the caller may hold fds numbered past 1024
-        poll.register(self.proc.stdout, select.POLLIN)
-        if not poll.poll(timeout * 1000):
-            self.proc.kill(), self.proc.wait()
-            self.proc = None
+        if not _readable(self.proc.stdout, timeout):
             raise _Undecided("sympy timed out")
         return self.proc.stdout.readline().strip()
 
     def equal(self, a: str, b: str) -> bool:
         with self.lock:
-            if self.proc is None or self.proc.poll() is not None:
-                self.proc = subprocess.Popen([sys.executable, "-P", "-c", _SYMPY_WORKER], stdin=subprocess.PIPE,
-                                             stdout=subprocess.PIPE, text=True)
-                if self._readline(60.0) != "ready":  # sympy imports in about a second
-                    self.proc = None
-                    raise _Undecided("the sympy helper did not start")
             try:
+                if self.proc is None or self.proc.poll() is not None:
+                    self.proc = subprocess.Popen([sys.executable, "-P", "-c", _SYMPY_WORKER], stdin=subprocess.PIPE,
+                                                 stdout=subprocess.PIPE, text=True)
+                    if self._readline(60.0) != "ready":  # sympy imports in about a second
+                        raise _Undecided("the sympy helper did not start")
                 print(json.dumps([a, b]), file=self.proc.stdin, flush=True)
-            except OSError:
+                return self._readline(SYMPY_TIMEOUT_S) == "1"
+            except (OSError, _Undecided) as e:  # timed out, died or did not start: killed, the next call starts anew
+                self.proc.kill(), self.proc.wait()
                 self.proc = None
-                raise _Undecided("sympy helper died")
-            return self._readline(SYMPY_TIMEOUT_S) == "1"
+                raise _Undecided(repr(e)) from None
 
 
 _SYMPY = _Sympy()
@@ -483,12 +487,16 @@ class ExecResult:
 # would lead back to these frames); frames are otherwise refused by the audit hook.
 def _sandbox_main():
     import _imp, _signal, _stat, _thread, gc, json, os, resource, sys, traceback  # no ctypes
+    unsafe = lambda part: part in ("ctypes", "readline", "_multiprocessing", "_dbm", "_gdbm", "syslog", "_curses",
+        "_tkinter", "_ssl", "mmap", "nis", "spwd") or part.startswith(("_ctypes", "_test", "_xx", "_interp", "_posix", "_cffi"))
+    if sys.argv[1] == "root":  # _own_root: the files of the runs' root, this harness's imports as .pyc
+        return _root_files(sys.argv[2], set(sys.modules), unsafe)
     job_fd, req_fd, resp_fd = map(int, sys.argv[1:4])
     sys.argv[:] = ["solution.py"]  # as `python solution.py` would show it (fileinput reads files named there)
     with open(job_fd) as f:
         job = json.load(f)
-    sys.path[:] = [p for p in sys.path if p]  # the standard library only: not the cwd (the program could plant math.py
-    # there), not site-packages (native modules such as _cffi_backend read memory and files)
+    # sys.path: the standard library only (-S -P): not the cwd (the program could plant math.py there), not
+    # site-packages (native modules such as _cffi_backend read memory and files)
     if child := os.fork():   # the intermediate: keeps the caller's identity and waits; the caller keeps the clock
         os.close(req_fd), os.close(resp_fd)
         code = os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
@@ -502,11 +510,10 @@ def _sandbox_main():
         for m in list(sys.modules.values()):             # packages already imported (collections, encodings)
             if isinstance(getattr(m, "__path__", None), list):
                 m.__path__[:] = [via(p) for p in m.__path__]
-        # a uid of its own (job["uid"]: unique while it runs), not nobody: as nobody every run could signal the
-        # others (pidfd, or SIGIO by F_SETOWN), and one program failed every correct one of its batch (eighteenth
-        # review)
-        uid = job["uid"]  # 2^30 + the caller's thread id (a run's own /proc shows no host pid): unique while it runs
-        os.chown(".", uid, uid), os.setgroups([]), os.setgid(uid), os.setuid(uid)
+        # a uid of its own (job["uid"]: 2^30 + the caller's thread id, unique while it runs; a run's own /proc shows
+        # no host pid), not nobody: as nobody every run could signal the others (pidfd, or SIGIO by F_SETOWN), and one
+        # program failed every correct one of its batch (eighteenth review)
+        os.chown(".", uid := job["uid"], uid), os.setgroups([]), os.setgid(uid), os.setuid(uid)
     # No PR_SET_PDEATHSIG: it needs ctypes, and a _ctypes this process has loaded can be loaded again by file
     # path with no audit event, giving the program pointers into its own memory (and the hook's state). The caller
     # kills the process group instead (a program could leave it with os.setsid).
@@ -526,12 +533,10 @@ def _sandbox_main():
             if part in ("", ".", ".."):
                 done = done[:-1] if part == ".." else done
                 continue
-            try:
-                target = readlink("/".join(["", *done, part]))
+            try:  # a symbolic link: its target takes its place (from the root when absolute)
+                todo[:0], done = (target := readlink("/".join(["", *done, part]))).split("/"), [] if target.startswith("/") else done
             except OSError:  # not a symbolic link (or no such path)
                 done.append(part)
-            else:  # a symbolic link: its target takes its place (from the root when absolute)
-                todo[:0], done = target.split("/"), [] if target.startswith("/") else done
         return "/".join(["", *done]) or "/"
     # r: a resolved path; strictly below the work dir (removing the dir itself and putting a file in its place left
     # the file in /tmp after the run, a note store for later runs: fourteenth review)
@@ -539,7 +544,8 @@ def _sandbox_main():
     # what the program may read outside its dir: the standard library (its import path), /dev/urandom. Not
     # site-packages, which pyenv, Docker's and conda's Pythons keep inside it (_cffi_backend from there called libc
     # with no audit event: it read the data's gold solutions, all 1,138 passed; fifteenth review)
-    dirs = tuple(resolve(p) + "/" for p in sys.path if os.path.isdir(p))
+    # (or the standard library's zip, which is the file itself in its own root: _own_root)
+    dirs = tuple(resolve(p) + "/" * os.path.isdir(p) for p in sys.path if os.path.exists(p))
     readable = lambda r: r.startswith(dirs) and "/site-packages/" not in r and "/dist-packages/" not in r
     deny = frozenset("os.kill os.killpg os.fork os.forkpty os.exec os.posix_spawn os.spawn os.system subprocess.Popen "
                      "resource.prlimit sys.settrace sys.setprofile sys._current_frames sys._current_exceptions "
@@ -552,8 +558,6 @@ def _sandbox_main():
     # dbm, syslog, Tcl's own open / read / puts; spwd, deprecated, warned on stderr), processes with none
     # (_posixsubprocess.fork_exec: only RLIMIT_NPROC stopped it; subprocess and asyncio, which import it, cannot be
     # imported)
-    unsafe = lambda part: part in ("ctypes", "readline", "_multiprocessing", "_dbm", "_gdbm", "syslog", "_curses",
-        "_tkinter", "_ssl", "mmap", "nis", "spwd") or part.startswith(("_ctypes", "_test", "_xx", "_interp", "_posix", "_cffi"))
     path_events = {"os.remove": 1, "os.rmdir": 1, "os.mkdir": 1, "os.chown": 1, "os.utime": 1,
                    "os.rename": 2, "os.link": 2, "os.truncate": 0, "shutil.rmtree": 1, "os.setxattr": 0, "os.removexattr": 0}
     wflags, not_paths = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC, (int, tuple, type(None))
@@ -603,10 +607,12 @@ def _sandbox_main():
     # imports compile from source from now on (no cache under this prefix), so marshal can be refused: crafted
     # bytecode (a .pyc) reads memory, and with it could undo the hook
     sys.pycache_prefix = work + "no-pycache"
+    # nor from the .pyc files in the standard library's zip (_own_root), which the harness imported from until now
+    sys.modules["zipimport"]._zip_searchorder = (("/__init__.py", False, True), (".py", False, False))  # (no .pyc)
     sys.addaudithook(hook)
     # gc.set_debug(DEBUG_SAVEALL) kept dead frames in gc.garbage (this hook's, in a refused call's traceback);
     # a fresh gc module (with it back) needs _imp.create_builtin: every builtin module is imported now (but
-    # refused ones: Debian's Python has syslog and _posixsubprocess built in), then both go
+    # refused ones: Debian's Python has syslog and _posixsubprocess built in), then both go (below)
     [__import__(name) for name in sys.builtin_module_names if not unsafe(name)]
     # ways to keep notes across runs, none with an audit event: FIFOs or files outside (mkfifo, mknod), a process
     # outliving the run by leaving the process group killed at its end (it kept notes in file locks), pages of
@@ -618,17 +624,14 @@ def _sandbox_main():
     # Signals between runs graded at once, none with an audit event: free blocks of the filesystem shared by their
     # stdout files (statvfs: a program passed by reading a sibling's answers, twenty-third review), free memory
     # (sysconf), a kernel-wide counter of inode numbers (a burst of pipes a sibling sees in its own pipes' inode
-    # numbers: twenty-fourth review, 28/28 passes beside a solver)
+    # numbers: twenty-fourth review, 28/28 passes beside a solver). And glibc's gettext (in _locale, no audit event),
+    # which read .mo files anywhere and loaded the gconv library they named (nis, refused above, sent network traffic:
+    # seventeenth review)
     for name in ("mkfifo", "mknod", "setsid", "setpgid", "setpgrp", "login_tty", "posix_fadvise", "preadv", "pwritev",
                  "memfd_create", "setpriority", "sched_setaffinity", "sched_setscheduler", "sched_setparam", "monitoring",
-                 "activate_stack_trampoline", "statvfs", "fstatvfs", "sysconf", "pipe", "pipe2"):
-        [delattr(m, name) for m in (os, sys.modules[os.name], sys) if hasattr(m, name)]
-    # glibc's gettext (in _locale, no audit event) read .mo files anywhere and loaded the gconv library they named;
-    # nis (refused above) sent network traffic (seventeenth review)
-    loc = __import__("_locale")
-    [delattr(loc, name) for name in ("bindtextdomain", "bind_textdomain_codeset", "textdomain", "gettext", "dgettext",
-                                     "dcgettext") if hasattr(loc, name)]
-    del gc.set_debug, _imp.create_builtin
+                 "activate_stack_trampoline", "statvfs", "fstatvfs", "sysconf", "pipe", "pipe2", "bindtextdomain",
+                 "bind_textdomain_codeset", "textdomain", "gettext", "dgettext", "dcgettext", "set_debug", "create_builtin"):
+        [delattr(m, name) for m in (os, sys.modules[os.name], sys, __import__("_locale"), gc, _imp) if hasattr(m, name)]
     # traceback.print_exc / format_exc and logging.exception walk a traceback's frames, which are refused (the hook's
     # own frame is in a refused call's): they print the exception alone, as for an empty traceback (3.12+ also read
     # the last frame's names for a NameError's suggestion)
@@ -750,9 +753,8 @@ def _judge_main():  # runs as its own program (python -S -c; argv: request fd, r
         __ne__ = __lt__ = __le__ = __gt__ = __ge__ = __bool__ = __eq__
         __hash__ = object.__hash__
     enc, dec = _wire(job["depth"], Handle)
-    def ask(*request):  # (op, target, args, kwargs), or none: the reply to wait for first
-        if request:
-            op, target, args, kwargs = request
+    def ask(op=None, target=None, args=(), kwargs=None):  # a request, or none: the reply to wait for first
+        if op:
             requests.write(json.dumps([op, target, [*map(enc, args)], [[k, enc(v)] for k, v in kwargs.items()]]).encode() + b"\n")
             requests.flush()
         try:
@@ -795,50 +797,92 @@ def _judge_main():  # runs as its own program (python -S -c; argv: request fd, r
     os._exit(1 if any(failed) else 0)
 
 
+def _root_files(top, pre, unsafe):  # the harness's other job (_own_root: python -I -S -c _HARNESS root TOP): in top,
+    import glob, importlib.util, marshal, os, re, shlex, subprocess, sys, zipfile  # the files of the runs' root (_ROOT)
+    # sys.path under -I -S: the zip Python looks for first, the standard library, lib-dynload
+    (zpath, lib, dyn), skip = sys.path, {"site-packages", "dist-packages", "test", "tests", "idlelib", "tkinter",
+                                         "turtledemo", "lib2to3", "ensurepip", "__pycache__", "lib-dynload"}
+    with zipfile.ZipFile(os.path.join(top, "stdlib.zip"), "w") as z:  # stored, not compressed
+        for d, subs, files in os.walk(lib):
+            subs[:] = sorted(n for n in subs if n not in skip)
+            for rel in (os.path.relpath(os.path.join(d, n), lib) for n in sorted(files) if n.endswith(".py")):
+                z.write(os.path.join(lib, rel), rel)  # with a .pyc (hash-based, unchecked) of each module imported so
+                if rel[:-3].replace("/", ".").removesuffix(".__init__") in pre:  # far (the harness's); the rest as .py
+                    z.writestr(rel + "c", importlib.util.MAGIC_NUMBER + b"\1\0\0\0" + bytes(8) + marshal.dumps(
+                        compile(z.read(rel), f"{zpath}/{rel}", "exec", dont_inherit=True, optimize=0)))
+    # lib-dynload's .so files but those of the modules the sandbox refuses
+    so = [p for p in sorted(glob.glob(glob.escape(dyn) + "/*.so")) if not unsafe(os.path.basename(p).split(".")[0])]
+    libs = re.findall(r"(/\S+) \(0x", subprocess.run(["ldd", sys.executable, *so], capture_output=True, text=True).stdout)
+    files = {zpath: z.filename, **{p: p for p in ("/etc/ld.so.cache", sys.executable, *so, *libs) if os.path.isfile(p)}}
+    open(os.path.join(top, "env"), "w").write(f"export PYTHONHOME={shlex.quote(sys.base_prefix + ':' + sys.base_exec_prefix)}\n")
+    e = lambda p: p.translate({32: r"\040", 9: r"\011", 10: r"\012", 92: r"\134"})  # a path as fstab spells it
+    with open(os.path.join(top, "fstab"), "w") as fstab:
+        for p, f in files.items():  # each file alone, on an empty file of the skeleton
+            os.makedirs(os.path.dirname(top + "/skel" + p), exist_ok=True)
+            open(top + "/skel" + p, "w").close()
+            fstab.write(f"{e(f)} {e(top + '/root' + p)} none bind,ro,noatime,nosuid,nodev 0 0\n")
+
+
 # The sandbox and the judge run as their own programs (python -S -c): these functions' sources, then a call.
-_HARNESS = "".join(map(inspect.getsource, (_wire, _program, _sandbox_main))) + "_sandbox_main()\n"
+_HARNESS = "".join(map(inspect.getsource, (_wire, _program, _root_files, _sandbox_main))) + "_sandbox_main()\n"
 _JUDGE = inspect.getsource(_wire) + inspect.getsource(_judge_main) + "_judge_main()\n"
 
 def _remove(top: str) -> bool:
     """Delete top and everything in it, whatever a program left there (shutil.rmtree recursed and failed on a chain
-    of 3,000 directories, leaving it: fourteenth review). No recursion and no long paths: each directory's entries
-    move up into top under fresh names before it is removed; unreadable ones are made readable. True if top stays."""
+    of 3,000 directories, leaving it: fourteenth review): chmod -R (a dir may be unreadable) and rm -rf, which walk it
+    with no recursion and no long paths; a run dir left empty (always so in its own root) by rmdir alone, with no
+    process started. True if top stays."""
     with contextlib.suppress(OSError):
-        while names := os.listdir(top):
-            for p in (os.path.join(top, name) for name in names):
-                if os.path.islink(p) or not os.path.isdir(p):
-                    os.unlink(p)
-                else:  # (a name mktemp gives is free: nothing else writes in top now)
-                    os.chmod(p, 0o700)
-                    [os.rename(os.path.join(p, name), tempfile.mktemp(dir=top)) for name in os.listdir(p)]
-                    os.rmdir(p)
+        os.rmdir(os.path.join(top, "box"))
         os.rmdir(top)
+    if os.path.lexists(top):
+        subprocess.run(["sh", "-c", 'chmod -R u+rwx -- "$1"; rm -rf -- "$1"', "sh", top], capture_output=True)
     return os.path.lexists(top)
 
 
 # The run's own root and network, where it has one (_own_root): in new mount, network, IPC (no System V or POSIX
 # queues or shared memory shared with other runs: notes and memory that outlived a run, twentieth review) and PID
-# namespaces (every process of the run dies with it, one that left its session too), mounted from an fstab (run_python
-# writes it; nr_inodes caps the files: 854k empty ones took 870 MB of kernel memory) by one `mount -a`, then
-# /dev/null and /dev/urandom made, then the harness started with that root (unshare -R) in its dir, with
-# no_new_privs (a set-uid program under /usr gives no one root: a program that undid the audit hook could exec one)
-_ROOT = ("unshare", "-m", "-n", "-i", "-p", "--fork", "sh", "-c", 'B=$PWD; mount -a -T "${B%/box}/fstab" && mknod -m 666 '
-         '"$B/dev/null" c 1 3 && mknod "$B/dev/urandom" c 1 9 && exec setpriv --no-new-privs unshare -R "$B" -w "$B" "$@"', "sh")
+# namespaces (every process of the run dies with it, one that left its session too), from $1 (_root_files: env, skel,
+# fstab): PYTHONHOME set, a fresh tmpfs at $1/root, the skeleton's dirs and empty files copied in, the host's files
+# bound on these by one `mount -a`, its own /proc, the run's dir a fresh tmpfs at its own path (nr_inodes caps the
+# files: 854k empty ones took 870 MB of kernel memory), /dev/null and /dev/urandom made, then the harness started
+# with that root (unshare -R) in its dir, with no_new_privs (a set-uid program gives no one root: a program that
+# undid the audit hook could exec one)
+_ROOT = ("unshare", "-m", "-n", "-i", "-p", "--fork", "sh", "-c", 'T=$1 R=$1/root B=$PWD && shift && . "$T/env" && mount -t '
+         'tmpfs -o mode=755,size=1m,nr_inodes=512,X-mount.mkdir root "$R" && cp -a "$T/skel/." "$R" && mount -a -T "$T/fstab" && '
+         'mount -t proc -o nosuid,nodev,noexec,X-mount.mkdir proc "$R/proc" && mount -t tmpfs -o noexec,nosuid,nodev,'
+         f'size={4 * OUTPUT_MB}m,nr_inodes=16k,mode=700,X-mount.mkdir box "$R$B" && mkdir "$R/dev" && mknod -m 666 "$R/dev/null" '
+         'c 1 3 && mknod "$R/dev/urandom" c 1 9 && exec setpriv --no-new-privs unshare -R "$R" -w "$B" "$@"', "sh")
 
 
 @functools.cache
-def _own_root() -> list[str]:
-    """As root where namespaces and mounts are allowed (else []), the dirs a run sees besides its own: the system's
-    and Python's, each bound read-only and noatime at its own path in a tmpfs that is the run's root (with a /proc of
-    its own PID namespace: the harness reaches its import path through /proc/self/fd). So not the data's gold answers, other runs' dirs or /tmp, even past the audit
-    hook (a CPython use-after-free undid it: nineteenth review); no network; its dir a fresh tmpfs, noexec (no file it
-    writes can be loaded as code, the way two reviews' .so reached libcrypto), 64 MiB in all, gone with the run.
-    Elsewhere the dir is a plain one, and the audit hook the only wall."""
-    failed = os.geteuid() or subprocess.run([*_ROOT[:6], "sh", "-c", "mount -t tmpfs -o nr_inodes=8 r /tmp && mount -t proc -o "
-        "X-mount.mkdir p /tmp/p && mount -o rbind,ro,noatime,X-mount.mkdir /etc /tmp/e && mknod /tmp/n c 1 3 && setpriv "
-        "--no-new-privs unshare -R / true"], capture_output=True).returncode
-    keep = ["/usr", "/bin", "/lib", "/lib64", "/etc", *dict.fromkeys([sys.prefix, sys.base_prefix])]
-    return [] if failed else [d for d in keep if os.path.exists(d)]  # not root: no probe (its unshare would fail)
+def _own_root(python: str) -> str:
+    """As root where namespaces and mounts are allowed, the dir from which _ROOT makes the runs' root for this Python
+    (else ""): their root holds no dir of the host, only the host's files it needs, each bound alone. So not the data's
+    gold answers, other runs' dirs or /tmp, even past the audit hook (a CPython use-after-free undid it: nineteenth
+    review); and every dir a run can look a name up in is its own, gone with it: the kernel caches failed lookups per
+    filesystem, and a later run timed a lookup of a name a correct program had looked up, reading its answers
+    (twenty-fifth review). The files (_root_files, made once per Python by that Python: the harness itself, so that
+    the modules it imports come compiled): the standard library's .py files in one zip at the path of sys.path's
+    zip (first on the path, imported from with no lookups; .pyc only for the harness's own imports), lib-dynload's .so
+    files but refused ones, the libraries they and Python need (ldd), ld.so.cache and Python. No network; its dir a
+    fresh tmpfs, noexec (no file it writes can be loaded as code, the way two reviews' .so reached libcrypto), 64 MiB
+    in all, gone with the run. Made once, then tried (a Python importing from the zip and a .so in it); where that
+    fails (no namespaces, no ldd, ...) one line on stderr says so, once, and the runs go on in a plain dir with the
+    audit hook their only wall: the lookup-cache notes are open there."""
+    if os.geteuid():  # not root: no namespaces or mounts
+        return ""
+    import atexit
+    atexit.register(_remove, top := tempfile.mkdtemp(prefix="grpo-root-"))
+    try:  # the files (_root_files), then one run in the root: a Python importing from its zip and lib-dynload (_json)
+        for argv in [python, "-I", "-S", "-c", _HARNESS, "root", top], [*_ROOT, top, python, "-S", "-c", "import json"]:
+            subprocess.run(argv, cwd=top, env={}, capture_output=True, text=True, check=True)
+        return top
+    except (OSError, subprocess.CalledProcessError) as e:  # one line, once (cached)
+        why = (getattr(e, "stderr", None) or repr(e)).strip().splitlines()[-1][:200]
+        print(f"rewards: WARNING: the runs get no root of their own ({why}): each runs in a plain dir behind the audit "
+              "hook alone, so the lookup-cache channel (rewards.py) is open", file=sys.stderr)
+        return ""
 
 
 def run_python(code: str, tests: str = "", *, setup: str = "", entry_point: str | None = None,
@@ -858,59 +902,42 @@ def run_python(code: str, tests: str = "", *, setup: str = "", entry_point: str 
                      check=bool(entry_point and _CHECK.search(tests)))
     # the program's dir is box in the caller's dir top (0711): it can neither remove nor replace its own dir
     top, procs, fds = tempfile.mkdtemp(prefix=WORKDIR_PREFIX), [], [*os.pipe(), *os.pipe()]  # requests, replies
-    work, kept, root = os.path.join(top, "box"), True, _own_root()
+    work, root = os.path.join(top, "box"), _own_root(sys.executable)
     files = [tempfile.TemporaryFile() for _ in range(6)]  # stdin, stdout, stderr: files cannot fill up and block;
     try:                                                  # the judge's job, its output; the sandbox's job
         os.chmod(top, 0o711), os.mkdir(work, 0o700)  # (the sandbox gives it to its uid)
         for f, text in zip((files[0], files[3], files[5]), (stdin or "", json.dumps(judge_job), json.dumps(job))):
             f.write(text.encode()), f.seek(0)
-        if root:  # its own root (_own_root): the fstab of _ROOT's `mount -a` (a space in a path as \040)
-            e, size = lambda p: p.translate({32: r"\040", 9: r"\011", 10: r"\012", 92: r"\134"}), 4 * OUTPUT_MB
-            lines = [f"root {e(work)} tmpfs mode=755,size=1m,nr_inodes=256", f"proc {e(work)}/proc proc nosuid,nodev,noexec",
-                     *(f"{e(d)} {e(work + d)} none rbind,ro,noatime" for d in root), f"dev {e(work)}/dev tmpfs mode=755,size=4k,nr_inodes=8",
-                     f"box {e(work + work)} tmpfs noexec,nosuid,nodev,size={size}m,nr_inodes=16k,mode=700"]
-            with open(os.path.join(top, "fstab"), "w") as f:
-                f.write("".join(line + ",X-mount.mkdir 0 0\n" for line in lines))
         env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": work, "TMPDIR": work, "LANG": "C.UTF-8",
-               "PYTHONHASHSEED": "0", "PYTHONIOENCODING": "utf-8", "PYTHONDONTWRITEBYTECODE": "1",
-               "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+               "PYTHONHASHSEED": "0", "PYTHONIOENCODING": "utf-8", "PYTHONDONTWRITEBYTECODE": "1"}
         start = lambda script, fds, **kw: procs.append(subprocess.Popen(  # each in its own session (process group)
             [*kw.pop("prefix", ()), sys.executable, "-S", "-P", "-c", script, *map(str, fds), *kw.pop("argv", [])],
             env=env, pass_fds=fds, start_new_session=True, **kw))
         start(_HARNESS, [files[5].fileno(), *fds[::3]], stdin=files[0], stdout=files[1], stderr=files[2], cwd=work,
-              prefix=_ROOT if root else (), argv=[work])  # the work dir on its command line: strays are found by it
+              prefix=(*_ROOT, root) if root else (), argv=[work])  # the work dir on its command line: strays are found by it
         if testing:  # the judge: not forked from the program's process, holding none of its fds but the pipes
             start(_JUDGE, fds[1:3], stdin=files[3], stdout=files[4], stderr=files[4])
         while fds:  # each removed as it is closed: the finally below must not close a number another run reuses
             os.close(fds.pop())
         fds.append(os.pidfd_open(procs[-1].pid))  # the judge's when testing, closed by the finally below
-        poll = select.poll()
-        poll.register(fds[0], select.POLLIN)
-        exited = bool(poll.poll(timeout * 1000))  # the wall clock; the process groups are killed below either way
-        for p in procs:
-            with contextlib.suppress(ProcessLookupError):  # before reaping the leader, so the group id cannot be reused
+        exited = _readable(fds[0], timeout)  # the wall clock
+    except OSError as e:
+        return ExecResult("error", None, "", repr(e), time.monotonic() - t0)
+    finally:  # every process group killed (at the time limit, or failed half-way) before its leader is reaped (its
+        for p in procs:  # id could be reused after), then the outputs read and every fd and file closed
+            with contextlib.suppress(OSError):
                 os.killpg(p.pid, signal.SIGKILL)
-        rc, verdict = procs[0].wait(), procs[-1].wait()  # the program's exit status, the judge's
-        files[1].seek(0)
-        out, err = files[1].read(cap).decode("utf-8", "replace"), ""
+            p.kill(), p.wait()
+        out, err = os.pread(files[1].fileno(), cap, 0).decode("utf-8", "replace"), ""
         for f in files[2], files[4]:
             f.seek(max(0, f.seek(0, 2) - 1000))
             err += f.read().decode("utf-8", "replace")
-    except OSError as e:
-        return ExecResult("error", None, "", repr(e), time.monotonic() - t0)
-    finally:
-        for p in procs:
-            if p.returncode is None:  # failed half-way: leave nothing running
-                with contextlib.suppress(OSError):
-                    os.killpg(p.pid, signal.SIGKILL)
-                p.kill(), p.wait()
         [os.close(fd) for fd in fds]
         [f.close() for f in files]
-        kept = _remove(top)
-    if kept:  # the program made its dir unremovable: no reward, and the caller is told
-        return ExecResult("error", rc, out, err + "\nsandbox: could not remove " + top, time.monotonic() - t0)
-    # tests: the judge's verdict only
-    status = "timeout" if not exited or rc == 128 + signal.SIGXCPU else "pass" if verdict == 0 else "fail"
+        err += f"\nsandbox: could not remove {top}" if (kept := _remove(top)) else ""
+    rc, verdict = procs[0].returncode, procs[-1].returncode  # the program's exit status, the judge's
+    # tests: the judge's verdict only; a dir the program made unremovable: no reward ('error'), and the caller is told
+    status = "error" if kept else "timeout" if not exited or rc == 128 + signal.SIGXCPU else "pass" if verdict == 0 else "fail"
     return ExecResult(status, rc, out, err, time.monotonic() - t0)
 
 

@@ -109,8 +109,7 @@ _LIST_ITEM = re.compile(r"^[ \t]*(?:\(?\d+[.)]|[-*\u2022])[ \t]+(\S.*?)[ \t]*$",
 def parse_verdict(text):
     """'Correct' / 'Incorrect' from the last \\boxed{Correct|Incorrect} (any case, \\text{} allowed);
     None when there is none (unparseable: the workflow treats it as not approved)."""
-    found = _VERDICT.findall(text)
-    return found[-1].capitalize() if found else None
+    return found[-1].capitalize() if (found := _VERDICT.findall(text)) else None
 
 
 def parse_choice(text, n):
@@ -327,8 +326,7 @@ def _evalopt(eps, probs, tasks, policy, rounds=None, **_):
 def _evalopt_stats(episodes, task):
     judged = [(verdict, kind) for ep in episodes for _, verdict, kind in _verdicts(ep) if kind]  # graded verdicts
     c = {k: sum(kind == k for _, kind in judged) for k in ("approved_right", "approved_wrong", "rejected_right",
-                                                           "rejected_wrong")}
-    c["unparseable"] = sum(verdict is None for verdict, _ in judged)
+         "rejected_wrong")} | {"unparseable": sum(verdict is None for verdict, _ in judged)}
     accuracy = mean([kind in RIGHT_VERDICTS for _, kind in judged])
     attempts = [_answers_right(ep) for ep in episodes]
     pairs = [(a, b) for att in attempts for a, b in zip(att, att[1:])]  # (an attempt, the retry after it)
@@ -481,8 +479,7 @@ def grade_episodes(eps, problems, group_size, diagnose=True):
     graded = dict(zip(wanted, rewards.grade([text for _, text in wanted],
                                             [problems[i // group_size] for i, _ in wanted]) if wanted else []))
     for i, ep in enumerate(eps):
-        reward, ep.status = (0.0, "prompt_too_long") if ep.final is None else graded[(i, ep.final)]
-        ep.reward = float(reward)
+        ep.reward, ep.status = (0.0, "prompt_too_long") if ep.final is None else graded[(i, ep.final)]  # (a float)
         ep.shaping = reward_shaping(ep, problems[i // group_size])
         for t in ep.turns:
             t.reward = ep.reward + ep.shaping
@@ -510,8 +507,8 @@ def answer_monitor(episodes, task):
     equal to the most common one, "answer_top": that answer, its first 80 characters}, {role: share of its
     rewarded (outcome 1) answer turns that are degenerate, None without any}); answer turns are those of
     MONITORED_ROLES (an evaluator, aggregator or orchestrator turn answers nothing). Values None when empty."""
-    keys = Counter(rewards.final_answer(ep.final, task) for ep in episodes if ep.final is not None)
-    keys.pop(None, None)  # a final text without an answer (no \boxed{}, no code block) is not counted
+    # a final text without an answer (no \boxed{}, no code block) is not counted
+    keys = Counter(k for ep in episodes if ep.final is not None and (k := rewards.final_answer(ep.final, task)) is not None)
     top, n = keys.most_common(1)[0] if keys else (None, 0)
     rewarded = {t.role: [] for ep in episodes for t in ep.turns if t.role in MONITORED_ROLES}
     for t in (t for ep in episodes if ep.correct for t in ep.turns if t.role in rewarded):

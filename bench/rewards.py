@@ -43,10 +43,10 @@ def main() -> None:
     print(f"one at a time: {n / t_seq:6.1f} programs/s  ({t_seq:.1f} s, {sum(seq):.0f}/{n} passed)")
     print(f"parallel     : {n / t_par:6.1f} programs/s  ({t_par:.1f} s, {sum(r for r, _ in par):.0f}/{n} passed)")
     print(f"speed-up     : {t_seq / t_par:.2f}x")
-    if root := rewards._own_root():  # the same parallel run with the plain dir (no root of its own), then with it again
+    if root := rewards._own_root(sys.executable):  # the same parallel run with the plain dir (no root of its own), then with it again
         times = {}
-        for name, dirs in (("plain dir", []), ("own root", root), ("plain dir", []), ("own root", root)):
-            rewards._own_root, t0 = (lambda d=dirs: d), time.perf_counter()
+        for name, dirs in (("plain dir", ""), ("own root", root), ("plain dir", ""), ("own root", root)):
+            rewards._own_root, t0 = (lambda *python, d=dirs: d), time.perf_counter()
             passed = sum(r for r, _ in rewards.grade(comps, probs, max_workers=workers))
             times.setdefault(name, []).append(time.perf_counter() - t0)
             print(f"parallel, {name}: {n / times[name][-1]:6.1f} programs/s ({passed:.0f}/{n} passed)")
