@@ -487,8 +487,8 @@ class ExecResult:
 # would lead back to these frames); frames are otherwise refused by the audit hook.
 def _sandbox_main():
     import _imp, _signal, _stat, _thread, gc, json, os, resource, sys, traceback  # no ctypes
-    unsafe = lambda part: part in ("ctypes", "readline", "_multiprocessing", "_dbm", "_gdbm", "syslog", "_curses",
-        "_tkinter", "_ssl", "mmap", "nis", "spwd") or part.startswith(("_ctypes", "_test", "_xx", "_interp", "_posix", "_cffi"))
+    unsafe = lambda part: part in ("ctypes", "readline", "_multiprocessing", "_dbm", "_gdbm", "syslog", "_curses", "_tkinter",
+        "_ssl", "mmap", "nis", "spwd", "_socket", "_uuid") or part.startswith(("_ctypes", "_test", "_xx", "_interp", "_posix", "_cffi"))
     if sys.argv[1] == "root":  # _own_root: the files of the runs' root, this harness's imports as .pyc
         return _root_files(sys.argv[2], set(sys.modules), unsafe)
     job_fd, req_fd, resp_fd = map(int, sys.argv[1:4])
@@ -504,7 +504,8 @@ def _sandbox_main():
     if os.geteuid() == 0:
         # its uid may not be able to enter the directories above Python's (e.g. /root is 0700): reach the import
         # path through directory fds opened now; /proc/self/fd/N skips the permission checks of the parents
-        fds = {p: "/proc/self/fd/%d" % os.open(p, os.O_RDONLY | os.O_DIRECTORY) for p in sys.path if os.path.isdir(p)}
+        # (none in its own root: no /proc there, and its dirs are open to every uid)
+        fds = {p: "/proc/self/fd/%d" % os.open(p, os.O_DIRECTORY) for p in sys.path if os.path.isdir(p) and os.path.isdir("/proc")}
         via = lambda p: next((v + p[len(k):] for k, v in fds.items() if p == k or p.startswith(k + os.sep)), p)
         sys.path[:] = [via(p) for p in sys.path]
         for m in list(sys.modules.values()):             # packages already imported (collections, encodings)
@@ -629,7 +630,7 @@ def _sandbox_main():
     # seventeenth review)
     for name in ("mkfifo", "mknod", "setsid", "setpgid", "setpgrp", "login_tty", "posix_fadvise", "preadv", "pwritev",
                  "memfd_create", "setpriority", "sched_setaffinity", "sched_setscheduler", "sched_setparam", "monitoring",
-                 "activate_stack_trampoline", "statvfs", "fstatvfs", "sysconf", "pipe", "pipe2", "bindtextdomain",
+                 "activate_stack_trampoline", "statvfs", "fstatvfs", "sysconf", "pipe", "pipe2", "pidfd_open", "bindtextdomain",
                  "bind_textdomain_codeset", "textdomain", "gettext", "dgettext", "dcgettext", "set_debug", "create_builtin"):
         [delattr(m, name) for m in (os, sys.modules[os.name], sys, __import__("_locale"), gc, _imp) if hasattr(m, name)]
     # traceback.print_exc / format_exc and logging.exception walk a traceback's frames, which are refused (the hook's
@@ -850,9 +851,9 @@ def _remove(top: str) -> bool:
 # undid the audit hook could exec one)
 _ROOT = ("unshare", "-m", "-n", "-i", "-p", "--fork", "sh", "-c", 'T=$1 R=$1/root B=$PWD && shift && . "$T/env" && mount -t '
          'tmpfs -o mode=755,size=1m,nr_inodes=512,X-mount.mkdir root "$R" && cp -a "$T/skel/." "$R" && mount -a -T "$T/fstab" && '
-         'mount -t proc -o nosuid,nodev,noexec,X-mount.mkdir proc "$R/proc" && mount -t tmpfs -o noexec,nosuid,nodev,'
-         f'size={4 * OUTPUT_MB}m,nr_inodes=16k,mode=700,X-mount.mkdir box "$R$B" && mkdir "$R/dev" && mknod -m 666 "$R/dev/null" '
-         'c 1 3 && mknod "$R/dev/urandom" c 1 9 && exec setpriv --no-new-privs unshare -R "$R" -w "$B" "$@"', "sh")
+         f'mount -t tmpfs -o noexec,nosuid,nodev,size={4 * OUTPUT_MB}m,nr_inodes=16k,mode=700,X-mount.mkdir box "$R$B" && '
+         'mkdir "$R/dev" && mknod -m 666 "$R/dev/null" c 1 3 && mknod "$R/dev/urandom" c 1 9 && exec setpriv --no-new-privs '
+         'unshare -R "$R" -w "$B" "$@"', "sh")
 
 
 @functools.cache
