@@ -488,7 +488,8 @@ class ExecResult:
 def _sandbox_main():
     import _imp, _signal, _stat, _thread, gc, json, os, resource, sys, traceback  # no ctypes
     unsafe = lambda part: part in ("ctypes", "readline", "_multiprocessing", "_dbm", "_gdbm", "syslog", "_curses", "_tkinter",
-        "_ssl", "mmap", "nis", "spwd", "_socket", "_uuid") or part.startswith(("_ctypes", "_test", "_xx", "_interp", "_posix", "_cffi"))
+        "_ssl", "mmap", "nis", "spwd", "_socket", "_uuid", "pwd", "grp") or part.startswith(
+        ("_ctypes", "_test", "_xx", "_interp", "_posix", "_cffi"))
     if sys.argv[1] == "root":  # _own_root: the files of the runs' root, this harness's imports as .pyc
         return _root_files(sys.argv[2], set(sys.modules), unsafe)
     job_fd, req_fd, resp_fd = map(int, sys.argv[1:4])
@@ -630,8 +631,9 @@ def _sandbox_main():
     # seventeenth review)
     for name in ("mkfifo", "mknod", "setsid", "setpgid", "setpgrp", "login_tty", "posix_fadvise", "preadv", "pwritev",
                  "memfd_create", "setpriority", "sched_setaffinity", "sched_setscheduler", "sched_setparam", "monitoring",
-                 "activate_stack_trampoline", "statvfs", "fstatvfs", "sysconf", "pipe", "pipe2", "pidfd_open", "bindtextdomain",
-                 "bind_textdomain_codeset", "textdomain", "gettext", "dgettext", "dcgettext", "set_debug", "create_builtin"):
+                 "activate_stack_trampoline", "statvfs", "fstatvfs", "sysconf", "pipe", "pipe2", "pidfd_open",
+                 "getgrouplist", "initgroups", "bindtextdomain", "bind_textdomain_codeset", "textdomain", "gettext",
+                 "dgettext", "dcgettext", "set_debug", "create_builtin"):
         [delattr(m, name) for m in (os, sys.modules[os.name], sys, __import__("_locale"), gc, _imp) if hasattr(m, name)]
     # traceback.print_exc / format_exc and logging.exception walk a traceback's frames, which are refused (the hook's
     # own frame is in a refused call's): they print the exception alone, as for an empty traceback (3.12+ also read

@@ -1403,16 +1403,21 @@ def test_no_inode_a_run_can_make_is_numbered_by_a_machine_wide_counter():
 @pytest.mark.parametrize("own_root", [True, False])
 def test_sockets_are_refused_even_those_with_no_audit_event(own_root, monkeypatch):
     """_socket.socketpair and if_nameindex make sockets with no audit event (their inodes numbered from the machine's
-    counter: twenty-sixth review), and deleting socketpair alone is undone by importing _socket again; _uuid's
-    uuid1 made a socket per call too (to uuidd, in libuuid). Both modules are refused now (uuid goes on without
-    _uuid), also where only the audit hook guards (no root of its own). The previous code: all of them ran."""
+    counter: twenty-sixth review), and deleting socketpair alone is undone by importing _socket again. C code made
+    sockets too, each moving the counter a later run reads in its own pipes' inode numbers: _uuid's uuid1 (one per
+    call, to uuidd) and glibc's user and group lookups (one per 100, to nscd: pwd, grp, os.getgrouplist,
+    os.initgroups). Those modules are refused (uuid goes on without _uuid) and those functions gone, also where only
+    the audit hook guards (no root of its own). The previous code: all of them ran."""
     if not own_root:
         monkeypatch.setattr(R, "_own_root", lambda *python: "")
-    code = ("import glob, importlib.util, sys\nseen = []\nfor name in ('socket', '_socket', '_uuid'):\n    try:\n"
+    code = ("import glob, os, sys\nseen = [n for n in ('getgrouplist', 'initgroups') if hasattr(os, n)]\n"
+            "for name in ('socket', '_socket', '_uuid', 'pwd', 'grp'):\n    try:\n"
             "        seen.append(__import__(name))\n    except ModuleNotFoundError:\n        pass\n"
             "so = [p for d in sys.path for p in glob.glob(d + '/_socket.*.so')]  # only outside a root of its own\n"
-            "for p in so:  # loaded again by its path\n    try:\n        seen.append(importlib.util.module_from_spec("
-            "importlib.util.spec_from_file_location('_socket', p)))\n    except ImportError:\n        pass\n"
+            "spec, loader = sys.modules['_frozen_importlib'].ModuleSpec, sys.modules['_frozen_importlib_external'].ExtensionFileLoader\n"
+            "for p in so:  # loaded again by its path\n    try:\n"
+            "        seen.append(loader('_socket', p).create_module(spec('_socket', None, origin=p)))\n"
+            "    except ImportError:\n        pass\n"
             "import uuid\nprint(seen, len(so), uuid.uuid1().version)\n")
     r = R.run_python(code, stdin="")
     assert r.stdout == f"[] {int(not own_root)} 1\n", r
