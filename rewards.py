@@ -40,28 +40,43 @@ on its path) and a 2x memory limit. Guaranteed, each by an adversarial test:
   group at the time limit (the judge's too). As root where namespaces and mounts are allowed (unshare -m -n -i -p),
   the run has its own root, network, IPC and PIDs (its processes die with it): every dir in it a fresh tmpfs of its
   own, holding the host's files it needs bound one by one, read-only and noatime (the standard library as one zip,
-  lib-dynload's .so files, their libraries, Python), its own /proc, /dev/null, /dev/urandom, and its own dir, noexec
+  lib-dynload's .so files, their libraries, Python), /dev/null, /dev/urandom and its own dir (no /proc: below), noexec
   (no file the program writes can be loaded as code, the way two reviews' .so reached libcrypto), nosuid, nodev, 64
-  MiB in all, gone with the run; no_new_privs (setpriv: a set-uid program gives it nothing). Where that root cannot
-  be made (no namespaces, no ldd, ...), one line on stderr says so, once per process, and runs go on as without it.
-  It costs time (2-core machine, shared): a one-line program 50-57 ms vs 27 ms in a plain dir (main's root of bound
-  dirs: 37-43 ms); 100 MBPP references in parallel 1.5-1.7x the plain dir's time (main's: 1.3x). So what the audit
-  hook guards does not rest on it alone: a CPython use-after-free (pure Python, io.BufferedReader) gave a program
-  memory access and it undid the hook, reading the data's gold solutions (nineteenth review); in its own root it
-  finds none. Keep gold data out of the files bound there. It forks: the parent keeps the caller's identity and
-  waits; the child drops to a uid of its own (2^30 + the caller's thread id) when the caller is root, sets rlimits
-  (CPU, memory, file size, NPROC 1, no core, 64 fds), installs an audit hook refusing kill, process creation, ctypes,
-  sockets, sqlite, tracing, other audit hooks, frame/gc introspection, changing the environment, file locks, nis
-  (network), glibc's gettext, writing outside its dir and reading outside it and the standard library (so not /proc,
-  site-packages, the data's gold answers or other runs' files), and more than 10,000 files written or dirs made (a
-  refused import raises ModuleNotFoundError, so a `try: import ssl / except ImportError:` fallback goes on; the
-  fallback is another import, checked). Its path checks resolve paths with C functions bound before the program runs
-  and accept exact str / bytes only. The hook's own state (its closure) must stay out of reach: a refused call's
-  traceback holds the hook's frame (frames are refused: sys._getframe, tracebacks', generators', gc.set_debug
-  removed; traceback.print_exc and logging.exception print the exception without its frames), and a signal handler's
-  frame argument led to the main thread's (the program runs in a second thread, where Python refuses signal handlers;
-  the main thread only waits and ignores SIGINT). The routes to the process's memory are refused too: ctypes,
-  _testcapi, /proc, os.open relative to a dir_fd, building or unmarshalling code objects.
+  MiB in all, gone with the run; no_new_privs (setpriv: a set-uid program gives it nothing). Where that root cannot be
+  made (no namespaces, no ldd, ...), one line on stderr says so, once per process, and runs go on as without it. It
+  costs time (2-core machine, shared): a one-line program 50-57 ms vs 27 ms in a plain dir (main's root of bound dirs:
+  37-43 ms); 100 MBPP references in parallel 1.5-1.7x the plain dir's time (main's: 1.3x). So what the audit hook
+  guards does not rest on it alone: a CPython use-after-free (pure Python, io.BufferedReader) gave a program memory
+  access and it undid the hook, reading the data's gold solutions (nineteenth review); in its own root it finds none.
+  Keep gold data out of the files bound there. It forks: the parent keeps the caller's identity and waits; the child
+  drops to a uid of its own (2^30 + the caller's thread id) when the caller is root, sets rlimits (CPU, memory, file
+  size, NPROC 1, no core, 64 fds), installs an audit hook refusing kill, process creation, ctypes, sockets (the
+  _socket module: socketpair has no audit event), sqlite, tracing, other audit hooks, frame/gc introspection, changing
+  the environment, file locks, nis (network), glibc's gettext, writing outside its dir and reading outside it and the
+  standard library (so not /proc, site-packages, the data's gold answers or other runs' files), and more than 10,000
+  files written or dirs made (a refused import raises ModuleNotFoundError, so a `try: import ssl / except
+  ImportError:` fallback goes on; the fallback is another import, checked). Its path checks resolve paths with C
+  functions bound before the program runs and accept exact str / bytes only. The hook's own state (its closure) must
+  stay out of reach: a refused call's traceback holds the hook's frame (frames are refused: sys._getframe,
+  tracebacks', generators', gc.set_debug removed; traceback.print_exc and logging.exception print the exception
+  without its frames), and a signal handler's frame argument led to the main thread's (the program runs in a second
+  thread, where Python refuses signal handlers; the main thread only waits and ignores SIGINT). The routes to the
+  process's memory are refused too: ctypes, _testcapi, /proc, os.open relative to a dir_fd, building or unmarshalling
+  code objects.
+- No inode a run can make is numbered by a machine-wide counter. The kernel numbers pipes', sockets' and /proc's
+  inodes from one, in per-CPU batches of 1024: a correct program made inodes until its batch number spelled its
+  answers, and a later one computing nothing read them in a fresh inode's number and passed MBPP / HumanEval problems
+  (40/40 right after the solver in one grade() call, 5/5 in a later call, 1-4/40 alone; twenty-sixth review). Its own
+  root has no /proc; everywhere the _socket module is refused (socketpair and if_nameindex made sockets with no audit
+  event; deleting them is undone by a fresh import), and so are C modules that made sockets themselves, each a writer
+  a later run read in its own pipes' inode numbers: _uuid (uuid1 to uuidd, one per call: 300 calls moved the next
+  run's by 301), pwd and grp (glibc's lookups to nscd, one per 100 calls; os.getgrouplist and initgroups deleted).
+  os.pipe, memfd_create (numbered by the kernel's own tmpfs) and pidfd_open (numbered by a count of the machine's
+  processes) are deleted; eventfd, epoll and timerfd share one inode, and files are numbered by the run's own tmpfs.
+  Tests make each, and run a solver and a listener through /proc and through socketpair (the reviewer's: 20/20 and
+  20/20 on the previous code, 0/20 now). Still readable: the run's two pipes' inode numbers (made by the caller), the
+  counter's position as it starts; no way for a program to move the counter is known. Without its own root, /proc is
+  the host's and the channel open: do not trust code rewards then against an optimiser.
 - The caller compares stdin/stdout tests itself and kills the process groups; malformed problems never pass.
 
 NOT supported / NOT protected against (run large-scale untrusted code in a container or VM):
@@ -94,25 +109,27 @@ NOT supported / NOT protected against (run large-scale untrusted code in a conta
 - Wrong-but-passing answers the tests cannot see: special-casing the (often visible) tests, a test that only checks
   that a call does not raise (a program that sends its reply early then hangs passes tests that call nothing).
 - As non-root the program runs as you, behind only the audit hook, which can be evaded (os.pidfd_open +
-  signal.pidfd_send_signal are not audited: it can kill the judge, which only fails it; and every run of a batch is
-  you, so it can kill the others). A file opened by C code without an audit event is not checked (the known modules
-  that do are refused: readline, shared memory, dbm, syslog, Tcl); os.mkfifo, os.mknod and os.memfd_create (no audit
-  event) are deleted before the program runs; directories outside can be listed (names, not contents).
+  signal.pidfd_send_signal, not audited, let it kill the judge, which only failed it, and the others of its batch, all
+  you; pidfd_open is deleted now, twenty-sixth review, but other such ways surely remain). A file opened by C code
+  without an audit event is not checked (the known modules that do are refused: readline, shared memory, dbm, syslog,
+  Tcl); os.mkfifo, os.mknod and os.memfd_create (no audit event) are deleted before the program runs; directories
+  outside can be listed (names, not contents).
 - In its own root, past the audit hook (the use-after-free): the kernel's per-uid keyrings (add_key, keyctl; no
   namespace covers them) let a run leave a key that a later run reads (twentieth review). A seccomp filter would close
-  it. Such notes reach a verdict as the lookup cache's do (above: a solving program's answers, read by a later one). Each uid's keys also hold
-  about 76 kB of kernel memory that is never given back (measured: 40 runs, 3 MB), which a seccomp filter would
-  also stop; and AF_VSOCK sockets (not network-namespaced) can be made, reaching the hypervisor on a VM.
-- Runs graded at the same time (one grade() call) share the machine: statvfs, fstatvfs and sysconf (free blocks
-  of the filesystem their stdout files share, free memory: a program computing nothing passed beside a correct one
-  that signalled its answers, twenty-third review) and os.pipe / pipe2 (a pipe's inode number comes from a kernel-wide
-  counter: twenty-fourth review) are deleted and file locks refused, and in its own root a run sees no other's
-  pids. Other such channels surely remain (the CPU they share: a program can time its own speed while another burns
-  CPU), so grade() never runs two programs of one problem (the same tests) at once: a sibling beside it solves
-  another problem, whose answers are no use to it. This costs parallelism only when a call has fewer distinct
-  problems than workers, and a program at its time limit delays its siblings: under total_timeout a hanging one can
-  leave correct siblings after it 'timeout' (twenty-fifth review; training sets no total_timeout). Two grade() calls
-  at once (two processes) are not kept apart.
+  it. Such notes reach a verdict as the lookup cache's do (above: a solving program's answers, read by a later one).
+  Each uid's keys also hold about 76 kB of kernel memory that is never given back (measured: 40 runs, 3 MB), which a
+  seccomp filter would also stop; and AF_VSOCK sockets (not network-namespaced) can be made, reaching the hypervisor
+  on a VM.
+- Runs graded at the same time (one grade() call) share the machine: statvfs, fstatvfs and sysconf (free blocks of the
+  filesystem their stdout files share, free memory: a program computing nothing passed beside a correct one that
+  signalled its answers, twenty-third review) and os.pipe / pipe2 (a pipe's inode number comes from a kernel-wide
+  counter: twenty-fourth review; sockets' and /proc's too, above) are deleted and file locks refused, and in its own
+  root a run sees no other's pids. Other such channels surely remain (the CPU they share: a program can time its own
+  speed while another burns CPU), so grade() never runs two programs of one problem (the same tests) at once: a
+  sibling beside it solves another problem, whose answers are no use to it. This costs parallelism only when a call
+  has fewer distinct problems than workers, and a program at its time limit delays its siblings: under total_timeout a
+  hanging one can leave correct siblings after it 'timeout' (twenty-fifth review; training sets no total_timeout). Two
+  grade() calls at once (two processes) are not kept apart.
 - A correct program writing more than 64 MiB in all fails in its own root (the tmpfs's size), not without it.
 - Without its own root (not root, no namespaces, or it could not be made): network is refused only by the audit
   hook, disk use is bounded per file (16 MiB) and by the 10,000-file cap only, so a run can fill the disk for its few
@@ -130,7 +147,14 @@ so tempfile.TemporaryDirectory's cleanup (os.open relative to a dir fd is refuse
 deleted), pickling the program's own classes and typing.get_type_hints under `from __future__ import annotations`
 (sys.modules["__main__"] is the harness's module, not the program's), collections.UserList / UserString results
 (handles, though Python's == equates them with a list / str), signal.signal in a script (the program runs in a
-second thread: ValueError; the SIGPIPE idiom), opening /dev/stdin (twenty-fifth review).
+second thread: ValueError; the SIGPIPE idiom), opening /dev/stdin (twenty-fifth review). And since the twenty-sixth
+(sockets, _uuid and glibc's user lookups refused): socket and all that imports it (email.utils, email.message,
+logging.handlers / config, urllib.request, http.server, xmlrpc.client), multiprocessing, importlib.metadata, pwd, grp
+and getpass.getuser (uuid.uuid1 works, with a random node). In the run's own root (same review):
+locale.setlocale(LC_ALL, "") and "C.UTF-8" raise locale.Error (no locale files; Python runs in UTF-8 mode), lib2to3,
+idlelib, ensurepip, tkinter and turtle are not in its zip, nor package data that is not .py
+(importlib.resources.files("email") finds no .rst). Under 3.13 importlib.util does not import (a frozen module:
+ImportError 'Frozen object ... is invalid', with or without the root, before this review too).
 Needs Linux >= 5.3 (pidfd) and sympy (a dependency of torch).
 Tests: python -m pytest -q tests/test_rewards.py; throughput: python bench/rewards.py.
 """
@@ -487,8 +511,9 @@ class ExecResult:
 # would lead back to these frames); frames are otherwise refused by the audit hook.
 def _sandbox_main():
     import _imp, _signal, _stat, _thread, gc, json, os, resource, sys, traceback  # no ctypes
-    unsafe = lambda part: part in ("ctypes", "readline", "_multiprocessing", "_dbm", "_gdbm", "syslog", "_curses",
-        "_tkinter", "_ssl", "mmap", "nis", "spwd") or part.startswith(("_ctypes", "_test", "_xx", "_interp", "_posix", "_cffi"))
+    unsafe = lambda part: part in ("ctypes", "readline", "_multiprocessing", "_dbm", "_gdbm", "syslog", "_curses", "_tkinter",
+        "_ssl", "mmap", "nis", "spwd", "_socket", "_uuid", "pwd", "grp") or part.startswith(
+        ("_ctypes", "_test", "_xx", "_interp", "_posix", "_cffi"))
     if sys.argv[1] == "root":  # _own_root: the files of the runs' root, this harness's imports as .pyc
         return _root_files(sys.argv[2], set(sys.modules), unsafe)
     job_fd, req_fd, resp_fd = map(int, sys.argv[1:4])
@@ -504,14 +529,15 @@ def _sandbox_main():
     if os.geteuid() == 0:
         # its uid may not be able to enter the directories above Python's (e.g. /root is 0700): reach the import
         # path through directory fds opened now; /proc/self/fd/N skips the permission checks of the parents
-        fds = {p: "/proc/self/fd/%d" % os.open(p, os.O_RDONLY | os.O_DIRECTORY) for p in sys.path if os.path.isdir(p)}
+        # (none in its own root: no /proc there, and its dirs are open to every uid)
+        fds = {p: "/proc/self/fd/%d" % os.open(p, os.O_DIRECTORY) for p in sys.path if os.path.isdir(p) and os.path.isdir("/proc")}
         via = lambda p: next((v + p[len(k):] for k, v in fds.items() if p == k or p.startswith(k + os.sep)), p)
         sys.path[:] = [via(p) for p in sys.path]
         for m in list(sys.modules.values()):             # packages already imported (collections, encodings)
             if isinstance(getattr(m, "__path__", None), list):
                 m.__path__[:] = [via(p) for p in m.__path__]
-        # a uid of its own (job["uid"]: 2^30 + the caller's thread id, unique while it runs; a run's own /proc shows
-        # no host pid), not nobody: as nobody every run could signal the others (pidfd, or SIGIO by F_SETOWN), and one
+        # a uid of its own (job["uid"]: 2^30 + the caller's thread id, unique while it runs; a run in its own root
+        # sees no /proc), not nobody: as nobody every run could signal the others (pidfd, or SIGIO by F_SETOWN), and one
         # program failed every correct one of its batch (eighteenth review)
         os.chown(".", uid := job["uid"], uid), os.setgroups([]), os.setgid(uid), os.setuid(uid)
     # No PR_SET_PDEATHSIG: it needs ctypes, and a _ctypes this process has loaded can be loaded again by file
@@ -553,6 +579,9 @@ def _sandbox_main():
                      "marshal.loads marshal.load sqlite3.connect os.chmod os.putenv os.unsetenv os.lockf".split())
     # no chmod: all it makes is removable. No environment changes: OPENSSL_CONF made _hashlib's libcrypto dlopen a
     # .so the program wrote, with no audit event (it read the gold solutions: sixteenth review)
+    # sockets (_socket: socketpair, if_nameindex make them with no audit event) and C modules making them (_uuid's
+    # uuid1 to uuidd; pwd, grp through glibc to nscd): their inode numbers come from a machine-wide counter, where a
+    # correct program wrote its answers for a later one (twenty-sixth review)
     # memory access (ctypes, the test modules), interpreters without this hook (_xxsubinterpreters, _interpreters),
     # modules that read or write files in C with no audit event (readline's history files, shared memory (_posixshmem),
     # dbm, syslog, Tcl's own open / read / puts; spwd, deprecated, warned on stderr), processes with none
@@ -624,13 +653,16 @@ def _sandbox_main():
     # Signals between runs graded at once, none with an audit event: free blocks of the filesystem shared by their
     # stdout files (statvfs: a program passed by reading a sibling's answers, twenty-third review), free memory
     # (sysconf), a kernel-wide counter of inode numbers (a burst of pipes a sibling sees in its own pipes' inode
-    # numbers: twenty-fourth review, 28/28 passes beside a solver). And glibc's gettext (in _locale, no audit event),
+    # numbers: twenty-fourth review, 28/28 passes beside a solver; across runs too, and pidfd_open's numbers count
+    # the machine's processes: twenty-sixth review; and glibc's user and group lookups, getgrouplist and initgroups,
+    # make a socket per 100 calls, to nscd). And glibc's gettext (in _locale, no audit event),
     # which read .mo files anywhere and loaded the gconv library they named (nis, refused above, sent network traffic:
     # seventeenth review)
     for name in ("mkfifo", "mknod", "setsid", "setpgid", "setpgrp", "login_tty", "posix_fadvise", "preadv", "pwritev",
                  "memfd_create", "setpriority", "sched_setaffinity", "sched_setscheduler", "sched_setparam", "monitoring",
-                 "activate_stack_trampoline", "statvfs", "fstatvfs", "sysconf", "pipe", "pipe2", "bindtextdomain",
-                 "bind_textdomain_codeset", "textdomain", "gettext", "dgettext", "dcgettext", "set_debug", "create_builtin"):
+                 "activate_stack_trampoline", "statvfs", "fstatvfs", "sysconf", "pipe", "pipe2", "pidfd_open",
+                 "getgrouplist", "initgroups", "bindtextdomain", "bind_textdomain_codeset", "textdomain", "gettext",
+                 "dgettext", "dcgettext", "set_debug", "create_builtin"):
         [delattr(m, name) for m in (os, sys.modules[os.name], sys, __import__("_locale"), gc, _imp) if hasattr(m, name)]
     # traceback.print_exc / format_exc and logging.exception walk a traceback's frames, which are refused (the hook's
     # own frame is in a refused call's): they print the exception alone, as for an empty traceback (3.12+ also read
@@ -844,15 +876,16 @@ def _remove(top: str) -> bool:
 # queues or shared memory shared with other runs: notes and memory that outlived a run, twentieth review) and PID
 # namespaces (every process of the run dies with it, one that left its session too), from $1 (_root_files: env, skel,
 # fstab): PYTHONHOME set, a fresh tmpfs at $1/root, the skeleton's dirs and empty files copied in, the host's files
-# bound on these by one `mount -a`, its own /proc, the run's dir a fresh tmpfs at its own path (nr_inodes caps the
+# bound on these by one `mount -a`, no /proc (its inode numbers come from a machine-wide counter: twenty-sixth review),
+# the run's dir a fresh tmpfs at its own path (nr_inodes caps the
 # files: 854k empty ones took 870 MB of kernel memory), /dev/null and /dev/urandom made, then the harness started
 # with that root (unshare -R) in its dir, with no_new_privs (a set-uid program gives no one root: a program that
 # undid the audit hook could exec one)
 _ROOT = ("unshare", "-m", "-n", "-i", "-p", "--fork", "sh", "-c", 'T=$1 R=$1/root B=$PWD && shift && . "$T/env" && mount -t '
          'tmpfs -o mode=755,size=1m,nr_inodes=512,X-mount.mkdir root "$R" && cp -a "$T/skel/." "$R" && mount -a -T "$T/fstab" && '
-         'mount -t proc -o nosuid,nodev,noexec,X-mount.mkdir proc "$R/proc" && mount -t tmpfs -o noexec,nosuid,nodev,'
-         f'size={4 * OUTPUT_MB}m,nr_inodes=16k,mode=700,X-mount.mkdir box "$R$B" && mkdir "$R/dev" && mknod -m 666 "$R/dev/null" '
-         'c 1 3 && mknod "$R/dev/urandom" c 1 9 && exec setpriv --no-new-privs unshare -R "$R" -w "$B" "$@"', "sh")
+         f'mount -t tmpfs -o noexec,nosuid,nodev,size={4 * OUTPUT_MB}m,nr_inodes=16k,mode=700,X-mount.mkdir box "$R$B" && '
+         'mkdir "$R/dev" && mknod -m 666 "$R/dev/null" c 1 3 && mknod "$R/dev/urandom" c 1 9 && exec setpriv --no-new-privs '
+         'unshare -R "$R" -w "$B" "$@"', "sh")
 
 
 @functools.cache

@@ -476,7 +476,8 @@ def add(x, y):
 """
 
 
-# ... and one that sent SIGINT to its own process (pidfd_send_signal is not audited): the main thread's `except
+# ... and one that sent SIGINT to its own process (pidfd_send_signal then, raise_signal now that os.pidfd_open is
+# gone; neither is audited, and the handler runs in the main thread): the main thread's `except
 # BaseException` (rebound to ()) let KeyboardInterrupt out, so the program's excepthook and atexit functions ran in
 # the main thread, found the worker function in the dead frame and replaced its exec: the tests never ran
 MAIN_THREAD_SIGINT = """
@@ -503,7 +504,7 @@ def at():
     while True:
         time.sleep(1)
 atexit.register(at)
-signal.pidfd_send_signal(os.pidfd_open(os.getpid()), signal.SIGINT)
+signal.raise_signal(signal.SIGINT)
 while "done" not in state:
     time.sleep(0.01)
 """
@@ -1243,27 +1244,37 @@ def secret():
 @pytest.mark.skipif(not R._own_root(sys.executable), reason="needs root, namespaces and mounts (unshare -m -n)")
 def test_a_run_sees_only_the_system_python_and_its_own_dir(secret, monkeypatch):
     """Where it can, the sandbox does not rest on the audit hook alone (a CPython bug undid it: nineteenth review):
-    the run's root holds the host's files Python needs (bound one by one), /proc and its own dir, a fresh tmpfs,
-    noexec (two reviews ran a .so the program wrote), 64 MiB in all; no network. Checked with calls the hook does not see (os.stat, listdir,
-    if_nameindex): the previous code showed the secret, /tmp's other files and the machine's network interfaces.
+    the run's root holds the host's files Python needs (bound one by one) and its own dir, a fresh tmpfs, noexec (two
+    reviews ran a .so the program wrote), 64 MiB in all; no /proc (twenty-sixth review: its inode numbers came from a
+    machine-wide counter); its own network, IPC and PIDs, and no_new_privs (seen from here, in /proc/PID). Checked
+    with calls the hook does not see (os.stat, listdir): the previous code showed the secret and /tmp's other files.
     os.statvfs is left to this program (it reads the mount's flags; deleted for programs: a signal between runs)."""
     monkeypatch.setattr(R, "_HARNESS", R._HARNESS.replace('"statvfs", ', ""))
-    r = R.run_python("import os, socket\nprint(bool(os.statvfs('.').f_flag & os.ST_NOEXEC))\nn = 0\nfor i in range(6):\n"
-                     "    try:\n        open(str(i), 'wb').write(b'x' * (16 << 20))\n        n += 1\n"
-                     "    except OSError:\n        break\nprint(n)\n"
-                     "try:\n    os.stat(%r)\n    print('seen')\nexcept OSError:\n    print('unseen')\n"
-                     "print(os.getpid(), os.stat('/proc/self/ns/ipc').st_ino, os.statvfs('.').f_files)\n"
-                     "print(len([p for p in os.listdir('/proc') if p.isdigit()]))\n"
-                     "print(sorted(os.listdir('/')), os.listdir('/tmp'), [n for _, n in socket.if_nameindex()])" % secret,
-                     stdin="", timeout=10)
-    noexec, files, seen, pid, ipc, inodes, procs, rest = r.stdout.split(None, 7)
+    with ThreadPoolExecutor(1) as pool:
+        run = pool.submit(R.run_python, "import os, time\nprint(bool(os.statvfs('.').f_flag & os.ST_NOEXEC))\nn = 0\n"
+                          "for i in range(6):\n    try:\n        open(str(i), 'wb').write(b'x' * (16 << 20))\n        n += 1\n"
+                          "    except OSError:\n        break\nprint(n)\n"
+                          "try:\n    os.stat(%r)\n    print('seen')\nexcept OSError:\n    print('unseen')\n"
+                          "print(os.getpid(), os.path.exists('/proc'), os.statvfs('.').f_files)\n"
+                          "print(sorted(os.listdir('/')), os.listdir('/tmp'))\ntime.sleep(2)" % secret, stdin="", timeout=10)
+        spaces = []  # the namespaces of the run's Python (its cmdline holds the work dir) once it is in its root
+        while not spaces and not run.done():
+            for pid in _sandbox_procs():
+                with contextlib.suppress(OSError):
+                    if os.readlink(f"/proc/{pid}/root") != "/":  # the harness, in its root
+                        spaces = [os.readlink(f"/proc/{pid}/ns/{ns}") for ns in ("net", "ipc", "pid", "mnt")]
+                        nnp = [line.split()[1] for line in open(f"/proc/{pid}/status") if line.startswith("NoNewPrivs")]
+        r = run.result()
+    noexec, files, seen, pid, proc, inodes, rest = r.stdout.split(None, 6)
     # its own PID and IPC namespaces (twentieth review: a process outlived its run, queues kept notes), and at most
-    # 16k files (854k empty ones took 870 MB of kernel memory); a /proc of its own: no other run's pid (the exit of a
-    # process is a signal between runs: twenty-third review)
-    assert int(procs) <= 3 and int(pid) < 20 and int(ipc) != os.stat("/proc/self/ns/ipc").st_ino and int(inodes) <= 16384, r
-    allowed = {"bin", "dev", "etc", "lib", "lib64", "proc", "usr", "tmp"} | {p.split("/")[1] for p in (sys.prefix, sys.base_prefix)}
-    root, tmp, nets = eval(rest.replace("] [", "], [").join("()"))
-    assert (noexec, files, seen) == ("True", "4", "unseen") and set(root) <= allowed and nets == ["lo"], r
+    # 16k files (854k empty ones took 870 MB of kernel memory); no /proc at all (the exit of a process is a signal
+    # between runs, twenty-third review; and its inode numbers, twenty-sixth)
+    assert int(pid) < 20 and proc == "False" and int(inodes) <= 16384, r
+    assert spaces and not set(spaces) & {os.readlink(f"/proc/self/ns/{ns}") for ns in ("net", "ipc", "pid", "mnt")}, spaces
+    assert nnp == ["1"], nnp  # no set-uid program under /usr gives it root (one undoing the hook could exec one)
+    allowed = {"bin", "dev", "etc", "lib", "lib64", "usr", "tmp"} | {p.split("/")[1] for p in (sys.prefix, sys.base_prefix)}
+    root, tmp = eval(rest.replace("] [", "], [").join("()"))
+    assert (noexec, files, seen) == ("True", "4", "unseen") and set(root) <= allowed, r
     assert all(n.startswith("grpo-sbx-") or "/tmp/" + n in (sys.prefix, sys.base_prefix) for n in tmp), r
     assert not any("grpo-sbx-" in line for line in open("/proc/self/mounts")), "the mount leaked to the caller"
 
@@ -1272,15 +1283,15 @@ def test_a_run_sees_only_the_system_python_and_its_own_dir(secret, monkeypatch):
 def test_every_dir_a_run_can_look_names_up_in_is_its_own():
     """The kernel caches failed lookups per filesystem: a correct program looked up missing names under /usr/lib (its
     answers, one name per bit), a later program computing nothing timed one lookup per bit and passed 70-80% of MBPP
-    (twenty-fifth review). Every dir of the run's root is now on its own tmpfs (but /proc, /dev and its own dir, all
+    (twenty-fifth review). Every dir of the run's root is now on its own tmpfs (but /dev and its own dir, both
     fresh); the host's files are bound one by one. The previous code: /usr and Python's dirs were the host's."""
-    r = R.run_python("import os, sys, _json\nskip, seen = ('/proc', '/dev', os.getcwd()), {}\n"
+    r = R.run_python("import os, sys, _json\nskip, seen = ('/dev', os.getcwd()), {}\n"
                      "for d, subs, files in os.walk('/'):\n    subs[:] = [s for s in subs if os.path.join(d, s) not in skip]\n"
                      "    seen[d] = [os.stat(d).st_dev, files]\n"
-                     "print(repr([seen, sys.path[0], _json.__file__, os.stat('/proc').st_dev, os.stat('.').st_dev]))", stdin="")
-    seen, zip_, so, proc, box = eval(r.stdout)
+                     "print(repr([seen, sys.path[0], _json.__file__, os.stat('.').st_dev]))", stdin="")
+    seen, zip_, so, box = eval(r.stdout)
     devs = {dev for dev, _ in seen.values()}
-    assert len(devs) == 1 and not devs & {proc, box, os.stat("/usr").st_dev, os.stat(os.__file__).st_dev}, r
+    assert len(devs) == 1 and not devs & {box, os.stat("/usr").st_dev, os.stat(os.__file__).st_dev}, r
     files = {os.path.join(d, f) for d, (_, fs) in seen.items() for f in fs}
     assert {zip_, so, "/etc/ld.so.cache"} <= files and len(files) < 200 and not any("gold" in f for f in files), r
 
@@ -1302,6 +1313,114 @@ def test_reading_a_file_leaves_no_atime():
         assert [os.stat(f).st_atime_ns for f in (zip_file, so_file)] == [st.st_mtime_ns - 10**12 for st in sts], r
     finally:
         [os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns)) for f, st in zip((zip_file, so_file), sts)]
+
+
+# The twenty-sixth review's notes: the kernel numbers pipes', sockets' and /proc's inodes from one machine-wide
+# counter, handed out per CPU in batches of 1024. A solver (a correct program) makes inodes until the batch it takes
+# is 2 * its answers' bits (mod 16); a listener that computes nothing takes a fresh batch and reads them back.
+INO_NOTES = """
+import os
+def _alloc():  # a new inode's number: a /proc/self/fd entry (lstat is not audited), or a socket pair's
+    ALLOC
+def _grab():  # the machine's batch number: inodes made until one starts a fresh batch
+    while (v := _alloc()) % 1024 != 1:
+        pass
+    return v // 1024
+"""
+INO_ALLOC = {"procfs": "fd = os.dup(0)\n    p = '/proc/self/fd/%d' % fd\n    v = os.lstat(p).st_ino\n    os.close(fd)\n"
+                       "    try:\n        os.lstat(p)\n    except OSError:\n        return v\n    return v",
+             "socketpair": "import _socket\n    a, b = _socket.socketpair()\n    u, v = os.fstat(a.fileno()).st_ino, "
+                           "os.fstat(b.fileno()).st_ino\n    a.close(), b.close()\n    return u if u % 1024 == 1 else v"}
+INO_SOLVER = """
+_bits, _n, _f = 0, 0, ENTRY
+def ENTRY(*a):
+    global _bits, _n
+    r = _f(*a)
+    _bits, _n = _bits | bool(r) << _n, _n + 1
+    try:
+        while _grab() % 16 != 2 * _bits % 16:
+            pass
+    except Exception:  # no way to write them: it still passes
+        pass
+    return r
+"""
+INO_LISTENER = """
+try:
+    _bits = (_grab() - 1) % 16 // 2
+except Exception:
+    _bits = 0  # a wrong guess: the answers are never all False
+_n = 0
+def ENTRY(*a):
+    global _n
+    _n += 1
+    return bool(_bits >> (_n - 1) & 1)
+"""
+
+
+@pytest.mark.parametrize("alloc", ["procfs", "socketpair"])
+def test_a_listener_cannot_read_a_solvers_answers_in_the_machine_wide_inode_counter(alloc):
+    """Twenty-sixth review: a program computing nothing passed real MBPP / HumanEval problems right after a correct
+    one of the same problem (40/40 in one grade() call, 5/5 across calls; alone 1-4/40), reading the answers the
+    solver wrote in the kernel's global inode counter (get_next_ino) through /proc/self/fd/N or _socket.socketpair
+    (no audit event). The run's root has no /proc now and _socket is refused (the hook's rule: closed without a
+    root of its own too for sockets; /proc is open there). The previous code: both listeners passed."""
+    if alloc == "procfs" and not R._own_root(sys.executable):
+        pytest.skip("without a root of its own /proc is the host's: this channel is open (rewards.py)")
+    notes = INO_NOTES.replace("ALLOC", INO_ALLOC[alloc])
+    problems = [("is_odd", "def is_odd(n):\n    return n % 2 == 1\n", "assert is_odd(3) == True\nassert is_odd(4) == False\n"
+                 "assert is_odd(7) == True"),
+                ("has_close", "def has_close(xs, t):\n    return any(abs(a - b) < t for i, a in enumerate(xs) for b in xs[:i])\n",
+                 "def check(candidate):\n    assert candidate([1.0, 2.0, 3.9], 0.3) == False\n"
+                 "    assert candidate([1.0, 2.8, 3.0], 0.3) == True\n    assert candidate([1.0, 2.0], 0.5) == False\n")]
+    for ep, solution, tests in problems:
+        problem = {"task": "code", "prompt": "", "test_code": tests, "entry_point": ep}
+        solver, listener = (notes + solution + part.replace("ENTRY", ep) for part in (INO_SOLVER, INO_LISTENER))
+        assert R.grade([fence(solver), fence(listener)], [problem] * 2, max_workers=1) == [(1.0, "pass"), (0.0, "fail")], ep
+
+
+@pytest.mark.skipif(not R._own_root(sys.executable), reason="needs root, namespaces and mounts (unshare -m -n)")
+def test_no_inode_a_run_can_make_is_numbered_by_a_machine_wide_counter():
+    """Every way a program could make an inode and see its number (twenty-sixth review: /proc's and sockets' come
+    from the kernel's global counter; so do pipes', and memfd's from the kernel's own tmpfs; pidfds' are numbered by
+    a machine-wide count of processes): each is refused, gone or fails in the run's root (no /proc, /dev/ptmx or
+    /dev/shm), or shows the same number in two runs (a tmpfs of the run's own; eventfd, epoll and timerfd share one
+    anonymous inode). The previous code: /proc, socketpair and pidfd_open showed numbers that moved between runs."""
+    ways = {"procfs": "os.lstat('/proc/self/fd/0')", "socketpair": "__import__('_socket').socketpair()[0]",
+            "pipe": "os.pipe()[0]", "memfd": "os.memfd_create('m')", "mkfifo": "os.mkfifo('f') or os.stat('f')",
+            "pidfd": "os.pidfd_open(os.getpid())", "openpty": "os.openpty()[0]", "eventfd": "os.eventfd(0)",
+            "epoll": "__import__('select').epoll()", "timerfd": "os.timerfd_create(1)", "file": "open('g', 'w')",
+            "tempfile": "__import__('tempfile').TemporaryFile()", "mmap": "__import__('mmap').mmap(-1, 4096)",
+            "shm": "__import__('_posixshmem').shm_open('/s', os.O_CREAT | os.O_RDWR, 0o600)"}
+    code = ("import os\nkeep = []\nfor name, way in %r.items():\n    try:\n        keep.append(x := eval(way))\n"
+            "        print(name, (x if type(x) is os.stat_result else os.fstat(x if type(x) is int else x.fileno())).st_ino)\n"
+            "    except Exception as e:\n        print(name, type(e).__name__)\n" % ways)
+    runs = [R.run_python(code, stdin="").stdout.split() for _ in range(2)]
+    first, second = (dict(zip(r[::2], r[1::2])) for r in runs)
+    assert first.keys() == ways.keys() and first == second, runs
+    assert all(not v.isdigit() for k, v in first.items() if k in ("procfs", "socketpair", "pipe", "memfd", "pidfd")), first
+
+
+@pytest.mark.parametrize("own_root", [True, False])
+def test_sockets_are_refused_even_those_with_no_audit_event(own_root, monkeypatch):
+    """_socket.socketpair and if_nameindex make sockets with no audit event (their inodes numbered from the machine's
+    counter: twenty-sixth review), and deleting socketpair alone is undone by importing _socket again. C code made
+    sockets too, each moving the counter a later run reads in its own pipes' inode numbers: _uuid's uuid1 (one per
+    call, to uuidd) and glibc's user and group lookups (one per 100, to nscd: pwd, grp, os.getgrouplist,
+    os.initgroups). Those modules are refused (uuid goes on without _uuid) and those functions gone, also where only
+    the audit hook guards (no root of its own). The previous code: all of them ran."""
+    if not own_root:
+        monkeypatch.setattr(R, "_own_root", lambda *python: "")
+    code = ("import glob, os, sys\nseen = [n for n in ('getgrouplist', 'initgroups') if hasattr(os, n)]\n"
+            "for name in ('socket', '_socket', '_uuid', 'pwd', 'grp'):\n    try:\n"
+            "        seen.append(__import__(name))\n    except ModuleNotFoundError:\n        pass\n"
+            "so = [p for d in sys.path for p in glob.glob(d + '/_socket.*.so')]  # only outside a root of its own\n"
+            "spec, loader = sys.modules['_frozen_importlib'].ModuleSpec, sys.modules['_frozen_importlib_external'].ExtensionFileLoader\n"
+            "for p in so:  # loaded again by its path\n    try:\n"
+            "        seen.append(loader('_socket', p).create_module(spec('_socket', None, origin=p)))\n"
+            "    except ImportError:\n        pass\n"
+            "import uuid\nprint(seen, len(so), uuid.uuid1().version)\n")
+    r = R.run_python(code, stdin="")
+    assert r.stdout == f"[] {int(not own_root)} 1\n", r
 
 
 def test_the_run_has_its_own_root_where_the_machine_allows_it():
@@ -1366,12 +1485,15 @@ while tb is not None and hook is None:
             hook = obj(p)
     tb = tb.tb_next
 dict(zip(hook.__code__.co_freevars, hook.__closure__))["inside"].cell_contents = lambda r: True
-print("hook off" if open("/proc/self/status").read(5) == "Name:" else "hook on")
+try:  # a file of the run's root outside the standard library: refused by the hook
+    open("/etc/ld.so.cache", "rb").close()
+    print("hook off")
+except PermissionError:
+    print("hook on")
 try:
     print(open(SECRET).read())
 except OSError as e:
     print(type(e).__name__)
-print([line.split()[1] for line in open("/proc/self/status") if line.startswith("NoNewPrivs")][0])
 """
 
 
@@ -1383,8 +1505,7 @@ def test_adversary_undoes_the_audit_hook_through_a_use_after_free(secret):
     r = R.run_python(code, stdin="", timeout=10)
     if "hook off" not in r.stdout:
         pytest.skip("the use-after-free does not work on this Python: %r" % r)
-    # and no set-uid program under /usr gives it root: no_new_privs (1)
-    assert r.stdout.split() == ["hook", "off", "FileNotFoundError", "1"], r
+    assert r.stdout.split() == ["hook", "off", "FileNotFoundError"], r
     assert R.code_check(fence(code + "def f():\n    return open(SECRET).read()"),
                         {"task": "code", "prompt": "", "test_code": "assert f() == '42'", "timeout": 10}) == (0.0, "fail")
 
@@ -1423,10 +1544,11 @@ def test_a_script_sees_exit_quit_and_an_argv_of_its_own():
 def test_a_refused_import_is_a_missing_module():
     """A refused import raised PermissionError, so `try: import ssl / except ImportError:` fallbacks (ftplib, smtplib,
     dbm's, a program's own) failed (twenty-second review). It raises ModuleNotFoundError now, and is still refused,
-    on a second try too."""
+    on a second try too. (ftplib and smtplib were the examples until sockets were refused: twenty-sixth review; uuid
+    goes on without _uuid.)"""
     code = ("ok = []\nfor name in ('ssl', 'ctypes', '_ctypes', 'mmap', '_posixsubprocess', 'readline', 'ctypes'):\n"
             "    try:\n        __import__(name)\n    except ModuleNotFoundError:\n        ok.append(name)\n"
-            "import ftplib, smtplib\nprint(len(ok))")
+            "import dbm, uuid\nassert uuid.uuid1() != uuid.uuid1() and dbm.ndbm is None\nprint(len(ok))")
     r = R.run_python(code, stdin="")
     assert (r.status, r.stdout) == ("pass", "7\n"), r.stderr
 
