@@ -405,7 +405,8 @@ class _Sympy:
                 print(json.dumps([a, b]), file=self.proc.stdin, flush=True)
                 return self._readline(SYMPY_TIMEOUT_S) == "1"
             except (OSError, _Undecided) as e:  # timed out, died or did not start: killed, the next call starts anew
-                self.proc.kill(), self.proc.wait()
+                if self.proc is not None:  # (None: its start failed)
+                    self.proc.kill(), self.proc.wait()
                 self.proc = None
                 raise _Undecided(repr(e)) from None
 
@@ -559,10 +560,12 @@ def _sandbox_main():
             if part in ("", ".", ".."):
                 done = done[:-1] if part == ".." else done
                 continue
-            try:  # a symbolic link: its target takes its place (from the root when absolute)
-                todo[:0], done = (target := readlink("/".join(["", *done, part]))).split("/"), [] if target.startswith("/") else done
+            try:
+                target = readlink("/".join(["", *done, part]))
             except OSError:  # not a symbolic link (or no such path)
                 done.append(part)
+            else:  # a symbolic link: its target takes its place (from the root when absolute)
+                todo[:0], done = target.split("/"), [] if target.startswith("/") else done
         return "/".join(["", *done]) or "/"
     # r: a resolved path; strictly below the work dir (removing the dir itself and putting a file in its place left
     # the file in /tmp after the run, a note store for later runs: fourteenth review)
