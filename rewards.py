@@ -130,6 +130,17 @@ NOT supported / NOT protected against (run large-scale untrusted code in a conta
   has fewer distinct problems than workers, and a program at its time limit delays its siblings: under total_timeout a
   hanging one can leave correct siblings after it 'timeout' (twenty-fifth review; training sets no total_timeout). Two
   grade() calls at once (two processes) are not kept apart.
+- The serial order was a channel itself (twenty-seventh review): a program starts a near-constant time after the last
+  reply of the one before it (75 +- 12 ms, 2-core machine), so a correct program sending its last reply at a
+  wall-clock phase spelling its answers (time.time() mod 1 s, 8 symbols) told them to the next program of its
+  problem, which read the clock as it started: one computing nothing passed 111 of MBPP's 116 problems with three
+  boolean answers right after a solver in one grade() call (13/116 alone). Now each worker's lane interleaves two or
+  more problems, so another problem's program runs between two of one problem's (20 problems: 2/20, and 0/20 with the
+  listener's constant recalibrated, vs 20/20; alone 1-4/20). Still open: a program of another problem that ends at
+  the phase it started at would pass the phase on (nothing rewards it for that); a call with one problem (or one
+  holding more than half its lane's programs) still runs them back to back; fixed time slots or random delays of
+  about the time limit (seconds per run) would close it. The cost: fewer lanes than workers when a call has fewer
+  than twice as many problems (16 problems on 16 cores: 8 lanes).
 - A correct program writing more than 64 MiB in all fails in its own root (the tmpfs's size), not without it.
 - Without its own root (not root, no namespaces, or it could not be made): network is refused only by the audit
   hook, disk use is bounded per file (16 MiB) and by the 10,000-file cap only, so a run can fill the disk for its few
@@ -1032,12 +1043,20 @@ def grade(completions: list[str], problems: list[dict], max_workers: int | None 
     deadline = None if total_timeout is None else time.monotonic() + total_timeout
     # One problem's programs run one after another (other problems' beside them): two programs of one problem at once
     # could signal its answers to each other through what the machine shares (free blocks, file locks, inode numbers:
-    # twenty-third and twenty-fourth reviews; the CPU), so that one computing nothing passed beside one solving it
+    # twenty-third and twenty-fourth reviews; the CPU), so that one computing nothing passed beside one solving it.
+    # Nor right after one another: a program starts a near-constant time after the last reply of the one before it, so
+    # a solver that sent its last reply at a wall-clock phase spelling its answers told them to the next program of its
+    # problem (twenty-seventh review). So a lane (a worker's runs, one after another) holds two or more problems, each
+    # problem's programs spread evenly over it: another problem's program runs between two of one problem's, and how
+    # long it takes is its own. Fewer lanes than workers when a call has fewer than twice as many problems
     same: dict = {}  # the code items' indices by their tests
     [same.setdefault(json.dumps([p.get("test_code"), p.get("io_tests")], default=str), []).append(i)
      for i, p in enumerate(problems) if p["task"] == "code"]
-    with ThreadPoolExecutor(max_workers or len(os.sched_getaffinity(0))) as pool:
-        runs = pool.map(lambda ix: [(i, _safe(code_check, completions[i], problems[i], deadline)) for i in ix], same.values())
+    n = min(max_workers or len(os.sched_getaffinity(0)), len(same) // 2) or 1  # lanes, each of two or more problems
+    at = {i: (j + .5) / len(g) for g in same.values() for j, i in enumerate(g)}  # a run's place in its problem's
+    with ThreadPoolExecutor(n) as pool:
+        lanes = [sorted((i for g in [*same.values()][k::n] for i in g), key=at.get) for k in range(n)]
+        runs = pool.map(lambda ix: [(i, _safe(code_check, completions[i], problems[i], deadline)) for i in ix], lanes)
         scored = {i: _safe(math_check, c, p["answer"])  # math is cheap: here, while programs run
                   for i, (c, p) in enumerate(zip(completions, problems)) if p["task"] == "math"}
         scored.update(r for rs in runs for r in rs)

@@ -1224,9 +1224,29 @@ def test_programs_of_one_problem_never_run_at_once(monkeypatch):
             live[problem["test_code"]] -= 1
         return 1.0, "pass"
     monkeypatch.setattr(R, "code_check", check)
-    problems = [{"task": "code", "test_code": f"assert f() == {k}"} for k in range(3) for _ in range(4)]
-    assert R.grade(["x"] * 12, problems, max_workers=6) == [(1.0, "pass")] * 12
-    assert max(m for m, _ in most) == 1 and max(n for _, n in most) == 3, most  # one each, three problems at once
+    problems = [{"task": "code", "test_code": f"assert f() == {k}"} for k in range(6) for _ in range(4)]
+    assert R.grade(["x"] * 24, problems, max_workers=6) == [(1.0, "pass")] * 24
+    assert max(m for m, _ in most) == 1 and max(n for _, n in most) == 3, most  # one each, three lanes at once
+
+
+def test_no_program_starts_right_after_one_of_its_problem(monkeypatch):
+    """Twenty-seventh review: a program starts a near-constant time after the last reply of the program before it
+    (75 +- 12 ms), so a solver sending its last reply at a wall-clock phase that spelled its answers told them to the
+    next program of its problem, run right after it: one computing nothing passed 111 of MBPP's 116 problems with
+    three boolean answers (13/116 alone). Now another problem's program runs between (with a real one there, 5/20 vs
+    20/20 before; chance 6/20): each worker's runs interleave two or more problems whenever a call has two. The
+    previous code ran each problem's programs back to back."""
+    lanes, lock = {}, threading.Lock()
+    def check(completion, problem, deadline=None):
+        with lock:
+            lanes.setdefault(threading.get_ident(), []).append(problem["test_code"])
+        return 1.0, "pass"
+    monkeypatch.setattr(R, "code_check", check)
+    for sizes, workers in [((4, 4), 2), ((8, 8, 8, 8, 8), 2), ((3, 1, 2, 2), 4), ((8,) * 16, 16)]:
+        lanes.clear()
+        problems = [{"task": "code", "test_code": f"assert f() == {k}"} for k, n in enumerate(sizes) for _ in range(n)]
+        assert R.grade(["x"] * len(problems), problems, max_workers=workers) == [(1.0, "pass")] * len(problems)
+        assert not [(a, b) for lane in lanes.values() for a, b in zip(lane, lane[1:]) if a == b], (sizes, lanes)
 
 
 @pytest.fixture
