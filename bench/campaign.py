@@ -194,8 +194,10 @@ def build_record(run_dir, name, model_name, eval_data, eval_problems, eval_n, ex
             "step_time_s": statistics.mean(times) if times else None,
             "step_time_median_s": statistics.median(times) if times else None,
             "train_curve": {"reward_mean": [round(m["reward_mean"], 4) for m in metrics],
-                            "entropy": {role: [round(m["roles"].get(role, {}).get("entropy") or 0, 4)
-                                               for m in metrics] for role in metrics[-1]["roles"]} if metrics else {}},
+                            # None where no row of the role ran (every advantage 0): unknown, not 0
+                            "entropy": {role: [None if (e := m["roles"].get(role, {}).get("entropy")) is None else
+                                               round(e, 4) for m in metrics] for role in metrics[-1]["roles"]}
+                            if metrics else {}},
             "git_commit": git_commit(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             **(extra or {})}
 
@@ -468,8 +470,9 @@ def plot(results, out_dir):
             line, = a.plot(steps, acc, marker="o", label=r["name"])
             a.fill_between(steps, acc - se, acc + se, color=line.get_color(), alpha=0.15)
             for role, ent in r["train_curve"]["entropy"].items():
-                c = np.cumsum([0.0] + ent)  # trailing running mean over (up to) 5 steps
-                smooth = [(c[i + 1] - c[max(0, i - 4)]) / (i + 1 - max(0, i - 4)) for i in range(len(ent))]
+                x = np.array(ent, dtype=float)  # None (no row ran) -> nan, left out of the running mean
+                smooth = [np.nanmean(x[max(0, i - 4):i + 1]) if np.isfinite(x[max(0, i - 4):i + 1]).any() else np.nan
+                          for i in range(len(x))]  # trailing running mean over (up to) 5 steps
                 b.plot(np.arange(1, len(ent) + 1), smooth, color=line.get_color(),
                        linestyle=["-", "--", ":", "-."][list(r["train_curve"]["entropy"]).index(role) % 4],
                        label=f"{r['name']} {role}")

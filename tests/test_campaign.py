@@ -46,7 +46,7 @@ def run_dir(tmp_path):
                                    "roles": {"generator": {"entropy": ent}}}
     # step 2 written twice (a resumed run): the later line wins
     write_jsonl(d / "metrics.jsonl", [metric(1, 9.0, 0.2), metric(2, 99.0, 0.2), metric(2, 3.0, 0.1),
-                                      metric(3, 3.0, 0.1)])
+                                      metric(3, 3.0, None)])  # step 3: no row ran (every advantage 0)
     write_jsonl(d / "eval.jsonl", [eval_line(0, 0.2), eval_line(20, 0.31), eval_line(40, 0.29),
                                    eval_line(20, 0.9, problems=300),       # other settings: ignored
                                    eval_line(40, 0.30, se=0.021),          # a later line for step 40 wins
@@ -67,7 +67,7 @@ def test_record_from_a_run_folder(run_dir):
     assert r["final_minus_base"] == pytest.approx(0.1)
     assert r["diagnostics"]["peak"]["accuracy"] == 0.31 and set(r["diagnostics"]) == {"base", "peak", "final"}
     assert r["steps_done"] == 3 and r["step_time_s"] == pytest.approx(5.0)
-    assert r["train_curve"]["entropy"] == {"generator": [0.2, 0.1, 0.1]}
+    assert r["train_curve"]["entropy"] == {"generator": [0.2, 0.1, None]}  # unknown, not 0
     assert r["gpu"] == "NVIDIA H200" and r["git_commit"] and r["date"].startswith("20")
     with pytest.raises(ValueError, match="lacks the base"):
         campaign.build_record(run_dir, "single-s1", "m", "gsm8k/test.jsonl", 200, 2)
