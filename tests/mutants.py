@@ -265,6 +265,8 @@ MUTANTS = [
     # bench/campaign.py: two campaign processes saving records at once, or a kill mid-write, lose records
     ("campaign-save-without-lock", "bench/campaign.py", "save_record", "fcntl.flock(held, fcntl.LOCK_EX)", "pass",
      ids("test_campaign.py", "test_save_record_two_processes_and_a_kill")),
+    ("campaign-entropy-none-as-zero", "bench/campaign.py", "build_record", '[None if (e := m["roles"]', '[0 if (e := m["roles"]',
+     ids("test_campaign.py", "test_record_from_a_run_folder")),
     ("campaign-save-in-place", "bench/campaign.py", "save_record", 'open(results + ".tmp", "w")', 'open(results, "w")',
      ids("test_campaign.py", "test_save_record_two_processes_and_a_kill")),
     # an evaluation beside training without its memory cap (it killed a run's training on the H200), and training
@@ -344,6 +346,11 @@ MUTANTS = [
      SIBLINGS),
     ("one-problem-programs-at-once", "rewards.py", "grade", "same.setdefault(json.dumps(", "same.setdefault(i or json.dumps(",
      ids("test_rewards.py", "test_programs_of_one_problem_never_run_at_once")),
+    # the twenty-seventh review's wall-clock phase: one problem's programs back to back in a lane
+    ("one-problem-programs-back-to-back", "rewards.py", "grade", "key=at.get)", "key=None)",
+     ids("test_rewards.py", "test_no_program_starts_right_after_one_of_its_problem")),
+    ("a-lane-per-problem", "rewards.py", "grade", "for g in [*same.values()][k::n] for i in g), key=at.get) for k in range(n)]",
+     "for i in g)) for g in same.values()]", ids("test_rewards.py", "test_no_program_starts_right_after_one_of_its_problem")),
     # the twenty-fifth review's lookup-cache notes: a dir of the host (its cached failed lookups) in the run's root
     ("root-binds-a-host-dir", "rewards.py", "_root_files", "for p, f in files.items():",
      'for p, f in fstab.write(f"/usr {top}/root/usr none rbind,ro,X-mount.mkdir 0 0\\n") and files.items():', ids("test_rewards.py", "test_every_dir_a_run_can_look_names_up_in_is_its_own")),
