@@ -234,14 +234,13 @@ def old_and_ref_logprobs(model, rows, adv, groups, args):
     with torch.no_grad():
         for adapter in dict.fromkeys(role_adapter.values()):
             mine = [i for i, r in enumerate(rows) if role_adapter[r.role] == adapter and r.completion_ids]
-            for mb in grpo.micro_batches([len(rows[i].prompt_ids) + len(rows[i].completion_ids) for i in mine],
-                                         args.token_budget):
-                mb = [mine[j] for j in mb]
-                for target, name, sel in [(old_lp, adapter, [i for i in mb if i in later]),
-                                          (ref_lp, None, [i for i in mb if role_value(args.kl_coefs, rows[i].role)])]:
-                    if sel:
-                        lora.set_adapter(model, name)
-                        target.update(zip(sel, row_logprobs(model, [rows[i] for i in sel], args.temperature)[0]))
+            for target, name, sel in [(old_lp, adapter, [i for i in mine if i in later]),
+                                      (ref_lp, None, [i for i in mine if role_value(args.kl_coefs, rows[i].role)])]:
+                for mb in grpo.micro_batches([len(rows[i].prompt_ids) + len(rows[i].completion_ids) for i in sel],
+                                             args.token_budget):  # of the selected rows only: full, fewer passes
+                    lora.set_adapter(model, name)
+                    target.update(zip([sel[j] for j in mb], row_logprobs(model, [rows[sel[j]] for j in mb],
+                                                                          args.temperature)[0]))
     return [old_lp.get(i) for i in range(len(rows))], [ref_lp.get(i) for i in range(len(rows))]
 
 

@@ -192,7 +192,9 @@ def test_coherence_under_sp_scales_only_its_roles_part(tiny, scratch_adapter):
     scale = stats["generator=0.5"]["generator"]["coherence"][-1][1]
     assert scale < 0.9 and not stats["generator=0.5"]["evaluator"]["coherence"]
     grad, parts = applied["generator=0.5"]
-    torch.testing.assert_close(grad, parts["evaluator"] + scale * parts["generator"], rtol=1e-5, atol=1e-9)
+    # atol: the parts are differences of accumulated gradients, so the sum is exact only to rounding (1.9e-9 seen
+    # with transformers 5.24, two threads); leaving the generator's part unscaled moves elements by ~1e-5
+    torch.testing.assert_close(grad, parts["evaluator"] + scale * parts["generator"], rtol=1e-5, atol=1e-8)
 
 
 def test_coherence_skips_a_non_finite_gradient(tiny, scratch_adapter):
@@ -264,11 +266,13 @@ def test_parallel_step_counts(tmp_path, mode, steps, monkeypatch):
     assert 0 <= m["workflow"]["pick_default"] <= m["workflow"]["pick_unboxed"] <= 1
 
 
-@pytest.mark.parametrize("mode", ["per-instance", "merged"])
-def test_old_logprobs_are_recomputed_only_for_several_steps(tmp_path, mode, monkeypatch):
+@pytest.mark.parametrize("mode, lr", [("per-instance", "0.05"), ("merged", "0.05"), ("per-instance", "1e-30")])
+def test_old_logprobs_are_recomputed_only_for_several_steps(tmp_path, mode, lr, monkeypatch):
     """Per-instance voters take three steps on one adapter: the second and third must compare with
     the policy from before the first (recomputed old log-probs, ratio != 1 after an update). An
-    adapter's only step (merged voters, the aggregator) uses its own log-probs: ratio exactly 1."""
+    adapter's only step (merged voters, the aggregator) uses its own log-probs: ratio exactly 1. With lr ~0
+    every recomputed row's old log-probs match its own training forward's (each row gets its own: the
+    recomputation batches only the rows it needs, other micro-batches than the update's)."""
     monkeypatch.setattr(workflows.rewards, "grade", fake_grade)
     # advantages +-1 on every row, so the first voter step surely moves the policy (the fake rewards of 2 x 2
     # rollouts can be equal within every group, and then nothing would change whatever the code did)
@@ -277,8 +281,10 @@ def test_old_logprobs_are_recomputed_only_for_several_steps(tmp_path, mode, monk
     monkeypatch.setattr(train.grpo, "token_loss", lambda lp, old, *a, **k: (
         gaps.append(float((lp.detach() - old).abs().max())), real(lp, old, *a, **k))[1])
     train.main(["--workflow", "voting", "--policy", "ip", "--parallel-steps", mode, "--steps", "1",
-                "--lr", "0.05", "--warmup", "0", "--out", str(tmp_path / mode), *SMALL])
-    if mode == "merged":
+                "--lr", lr, "--warmup", "0", "--out", str(tmp_path / mode), *SMALL])
+    if lr == "1e-30":  # AdamW moves no fp32 weight by that
+        assert len(gaps) >= 3 and max(gaps) < 1e-4
+    elif mode == "merged":
         assert gaps and all(g == 0.0 for g in gaps)
     else:
         assert any(g > 1e-3 for g in gaps)  # a later voter step sees the changed policy
@@ -715,7 +721,7 @@ def test_micro_batches_count_prompt_tokens(tiny, monkeypatch):
     with tempfile.TemporaryDirectory() as out:
         train.main(["--workflow", "single", "--steps", "1", "--out", out + "/r", *SMALL])
     # completions are at most 6 tokens (--max-new-tokens 6): longer rows prove prompts are counted
-    assert seen and all(min(lengths) > 6 for lengths in seen), seen
+    assert any(seen) and all(min(lengths) > 6 for lengths in seen if lengths), seen  # [] where no row is selected
 
 
 def test_ctrl_c_finishes_the_step_saves_and_resume_continues(tmp_path, monkeypatch, capsys):
