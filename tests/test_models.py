@@ -46,6 +46,9 @@ def offline(monkeypatch):
     tests spent ~23 s each on a real lookup."""
     asked = []
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    # huggingface_hub reads the variable once, at import (2.x): set its constant too, or a real lookup retries for ~23 s
+    import huggingface_hub.constants
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True, raising=False)
     monkeypatch.setattr(models, "_hub_reachable", lambda *a, **k: asked.append(1) or False)
     return asked
 
