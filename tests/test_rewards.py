@@ -1751,11 +1751,12 @@ def test_humaneval_canonical_solutions_pass():
 @needs("mbpp", "mbpp.jsonl")
 def test_always_equal_answers_fail_every_real_problem():
     """The always-equal objects of ALWAYS_EQUAL, returned by each problem's entry point, pass no HumanEval problem
-    and no MBPP problem (every 4th; all with GRPO_FULL_DATA=1): before the strict comparisons they passed most.
-    Nor do the attacks on the in-process harness (IN_PROCESS_HARNESS), which passed every one."""
-    step = 1 if os.environ.get("GRPO_FULL_DATA") else 4
-    probs = data.load_problems(str(DATA / "humaneval" / "HumanEval.jsonl"), task="code")
-    probs += data.load_problems(str(DATA / "mbpp" / "mbpp.jsonl"), task="code")[::step]
+    and no MBPP problem (every 2nd and every 8th, 204 problems, ~75 s on 2 cores; all with GRPO_FULL_DATA=1): before
+    the strict comparisons they passed most. Nor do the attacks on the in-process harness (IN_PROCESS_HARNESS), which
+    passed every one."""
+    step = 1 if os.environ.get("GRPO_FULL_DATA") else 2
+    probs = data.load_problems(str(DATA / "humaneval" / "HumanEval.jsonl"), task="code")[::step]
+    probs += data.load_problems(str(DATA / "mbpp" / "mbpp.jsonl"), task="code")[::4 * step]
     for kind, prog in [(k, ALWAYS_EQUAL[k]) for k in ("object", "int_subclass")] + list(IN_PROCESS_HARNESS.items()):
         out = R.grade([fence(prog.replace("NAME", p["entry_point"])) for p in probs], probs)
         assert [p["id"] for p, (r, _) in zip(probs, out) if r] == [], kind
