@@ -542,7 +542,8 @@ def _sandbox_main():
         # its uid may not be able to enter the directories above Python's (e.g. /root is 0700): reach the import
         # path through directory fds opened now; /proc/self/fd/N skips the permission checks of the parents
         # (none in its own root: no /proc there, and its dirs are open to every uid)
-        fds = {p: "/proc/self/fd/%d" % os.open(p, os.O_DIRECTORY) for p in sys.path if os.path.isdir(p) and os.path.isdir("/proc")}
+        fds = {p: "/proc/self/fd/%d" % os.open(p, os.O_DIRECTORY)
+               for p in sys.path if os.path.isdir(p)} if os.path.isdir("/proc") else {}
         via = lambda p: next((v + p[len(k):] for k, v in fds.items() if p == k or p.startswith(k + os.sep)), p)
         sys.path[:] = [via(p) for p in sys.path]
         for m in list(sys.modules.values()):             # packages already imported (collections, encodings)

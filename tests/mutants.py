@@ -127,7 +127,7 @@ MUTANTS = [
      "instance_index[i] if per_instance(rows[i].role) else -1", "-1", TRAIN),
     ("old-logprobs-never-recomputed", "train.py", "old_and_ref_logprobs",
      "[i for i in mine if i in later]", "[]", TRAIN + TRAIN_OLD_LOGPROBS),
-    ("old-logprobs-to-positions-not-rows", "train.py", "old_and_ref_logprobs", "zip([sel[j] for j in mb],", "zip(mb,",
+    ("old-logprobs-to-positions-not-rows", "train.py", "old_and_ref_logprobs", "ix = [sel[j] for j in mb]", "ix = mb",
      TRAIN + TRAIN_OLD_LOGPROBS),
     ("old-logprobs-from-sampler", "train.py", "role_backward",
      "old = lp.detach()",
