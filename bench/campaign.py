@@ -5,6 +5,7 @@ evaluate every checkpoint, append one JSON record per finished run to docs/resul
     python bench/campaign.py voting-ip-merged-s0 --gpus 0,1 --runs /root/runs --logs /root/logs
     python bench/campaign.py voting-ip-s0 --runs /root/runs --until 40     # to step 40 only, no record yet
     python bench/campaign.py voting-ip-s0 --runs /root/runs                # later: resumes it to 100, records
+    python bench/campaign.py voting-sp-s0 --runs /root/runs --extra "--steps 140"   # recorded at 100: extend it
     python bench/campaign.py single-s0 --task code --runs /root/runs           # MBPP -> HumanEval
     python bench/campaign.py single-s0 --model /root/mdl15/hf --model-name Qwen2.5-Coder-1.5B-Instruct
     python bench/campaign.py --plot                                        # one PNG per claim from the file
@@ -33,7 +34,10 @@ without it resumes the folder and finishes it (with --no-cosine the lr does not 
 warm-up cap --steps / 4 is the same, so this equals training straight through; train.py's resume is exact).
 bench/carry.sh takes a run folder's last checkpoint from one GPU session to the next (its header says how).
 --per-gpu K runs K at once per GPU (CUDA_VISIBLE_DEVICES, expandable segments). A run whose
-(config, seed, model) is already in the results file is skipped unless --force (which replaces it).
+(config, seed, model) is already in the results file is skipped unless --force (which reruns it from scratch and
+replaces it) or more --steps are asked for than it has (--extra "--steps 140" on a 100-step record: its folder is
+resumed from the recorded step's checkpoint, as after --until, and the record replaced; extended_from in the record
+names the old steps; without that checkpoint, e.g. on a fresh machine, it is skipped with the reason).
 Logs: LOGS/NAME.log (every command and its output); a status line per running run every --status-every s.
 LOGS/NAME.lock is held (flock) while a run's job lives: a second campaign on the same run fails at once
 ("already running"), and bench/carry.sh pack refuses to pack it. A record names the checkpoint steps that
@@ -398,7 +402,7 @@ def locked_job(job, gpu, args, lock):
     record = build_record(d, job["name"], args.model_name, args.eval_data, args.eval_problems, args.eval_n,
                           {"gpu": gpu_name(gpu), "runs_per_gpu": args.per_gpu, "train_wall_s": job["train_wall_s"],
                            "eval_wall_s": job["eval_wall_s"], "eval_while_training": args.eval_while_training,
-                           "resumed_after_failure_at": job["resumes"],
+                           "resumed_after_failure_at": job["resumes"], "extended_from": job["extended_from"],
                            "command": " ".join(fresh[1:]), "eval_command": " ".join(evaluate[1:])})
     with lock:
         save_record(args.results, record)
@@ -560,16 +564,30 @@ def main(argv=None):
     task_flags, train_default, eval_default = TASKS[args.task]
     args.train_data = train_default if args.train_data is None else args.train_data
     args.eval_data = eval_default if args.eval_data is None else args.eval_data
-    done = {key(r) for r in read_jsonl(args.results)}
+    done = {key(r): r for r in read_jsonl(args.results)}
     jobs = []
     for name in args.runs_to_do:
         config, seed = parse_name(name)
-        if (config, seed, args.model_name, args.task) in done and not args.force:
-            print(f"{name}: already in {args.results} ({args.model_name}, {args.task}), skipped (--force reruns it)")
-            continue
         d = os.path.join(args.runs, run_name(name, args.task, args.model_name))
         flags = GRID + task_flags + CONFIGS[config] + args.extra_flags
         steps, warmup = (int(flags[len(flags) - flags[::-1].index(f)]) for f in ("--steps", "--warmup"))  # the last wins
+        old = None if args.force else done.get((config, seed, args.model_name, args.task))
+        if old and steps <= old.get("steps", steps):  # a record without its steps (by hand): as many
+            print(f"{name}: already in {args.results} ({args.model_name}, {args.task}), skipped (--force reruns it; "
+                  "more --steps extends it)")
+            continue
+        if old and not (old["steps"] in checkpoint_steps(d) and os.path.exists(os.path.join(d, "config.json"))):
+            print(f"{name}: recorded at {old['steps']} steps, but {d} has no step-{old['steps']} checkpoint to extend "
+                  f"it to {steps} from: skipped (--force reruns it from scratch)")
+            continue
+        if old and args.until is not None and args.until <= old["steps"]:
+            sys.exit(print(f"error: --until {args.until}: {name} is recorded at {old['steps']} steps already",
+                           file=sys.stderr) or 2)
+        if old:  # the rest of the job is the same as --until's second call: resumed from its checkpoint
+            print(f"{name}: recorded at {old['steps']} steps: extended to {steps} from its checkpoint; the record "
+                  "will be replaced" + ("" if "--no-cosine" in flags else " (the cosine schedule is stretched: "
+                                        "not the same as a run trained straight to the new steps)"))
+            extend_warmup = min(warmup, old["steps"] // 4)
         if args.until is not None and (args.until < 1 or args.until % args.eval_every or args.until >= steps):
             print(f"error: --until {args.until} must be a multiple of --eval-every {args.eval_every} below the "
                   f"run's {steps} steps", file=sys.stderr)
@@ -577,8 +595,11 @@ def main(argv=None):
         if args.until and min(warmup, args.until // 4) != min(warmup, steps // 4):  # train.py's lr_factor
             print(f"note: --until {args.until}: the warm-up is capped at {args.until // 4} steps instead of "
                   f"{min(warmup, steps // 4)}: the resumed run will differ from one trained straight to {steps}")
+        if old and extend_warmup != min(warmup, steps // 4):
+            print(f"note: {name} was warmed up over {extend_warmup} steps, a run of {steps} would be over "
+                  f"{min(warmup, steps // 4)}: the extended run differs from one trained straight to {steps}")
         jobs.append({"name": name, "run": os.path.basename(d), "config": config, "seed": seed, "dir": d, "phase": "queued", "steps": steps,
-                     "target": args.until or steps})
+                     "target": args.until or steps, "extended_from": old and old["steps"]})
     for path in filter(None, (args.train_data, args.eval_data) if jobs else ()):
         if not os.path.isfile(os.path.join(ROOT, path)):
             sys.exit(f"error: no such data file: {path} (relative paths are read from {ROOT})")

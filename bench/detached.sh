@@ -13,6 +13,7 @@
 # .campaign/data, carried: git ignores it) unless the flags name other files (the last flag wins), e.g.
 #   ... start single-s0 --task code --train-data $DATA/mbpp/mbpp.jsonl --eval-data $DATA/humaneval/HumanEval.jsonl
 #   ... start voting-ip-s0 voting-ip-merged-s0 --per-gpu 2 --model /root/mdl15/hf --model-name Qwen2.5-Coder-1.5B-Instruct
+#   ... start voting-sp-s0 --extra "--steps 140"     (once it has finished, in the same lease: extends the cell)
 # Runs go to /root/runs, logs to /root/logs. Nothing here outlives the machine: bring the record back the same lease.
 set -u
 DATA=${DATA:-.campaign/data}
@@ -21,6 +22,8 @@ start)
     shift
     rm -rf /root/proj && cp -r . /root/proj && cd /root/proj || exit 1
     mkdir -p /root/logs /root/runs
+    # a second start in the same lease (e.g. extending a finished cell): poll must wait for this campaign's end
+    cat /root/logs/progress >> /root/logs/progress.before 2> /dev/null; : > /root/logs/progress
     echo "start $* $(date +%T)" >> /root/logs/progress
     (python -m pytest -q -p no:cacheprovider tests/test_rewards.py > /root/logs/reward-tests.txt 2>&1
      echo "reward tests rc=$? $(date +%T)" >> /root/logs/progress) &

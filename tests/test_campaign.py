@@ -332,6 +332,33 @@ def test_until_then_finish(tmp_path, fake, capsys):
     assert campaign_main(tmp_path, steps=4) == 0 and not world.cmds
 
 
+def test_more_steps_extend_a_recorded_run(tmp_path, fake, capsys):
+    """A recorded run still rising at its last step: asking for more --steps resumes its folder from the recorded
+    checkpoint and replaces the record; without that checkpoint (a lease gone) it is skipped, saying why."""
+    d = str(tmp_path / "runs" / "single-s0")
+    fake()
+    assert campaign_main(tmp_path, steps=4) == 0
+    world = fake()
+    assert campaign_main(tmp_path, steps=6) == 0
+    assert world.cmds[0] == [sys.executable, "train.py", "--out", d, "--resume", "--steps", "6"]
+    [r] = campaign.read_jsonl(tmp_path / "c.jsonl")  # replaced, not appended
+    assert r["steps"] == r["steps_done"] == 6 and r["extended_from"] == 4
+    assert [p["step"] for p in r["curve"]] == [0, 2, 4, 6] and r["command"].endswith(f"--steps 6 --problems 2 --out {d}")
+    assert "single-s0: recorded at 4 steps: extended to 6 from its checkpoint" in capsys.readouterr().out
+    for steps in (6, 4):  # as many steps as recorded, or fewer: skipped
+        world = fake()
+        assert campaign_main(tmp_path, steps=steps) == 0 and not world.cmds
+        assert "already in" in capsys.readouterr().out
+    world = fake()
+    assert campaign_main(tmp_path, "--until", "4", steps=8) == 2 and not world.cmds  # refused: nothing to train
+    assert capsys.readouterr().err == "error: --until 4: single-s0 is recorded at 6 steps already\n"
+    shutil.rmtree(os.path.join(d, "step_000006"))
+    world = fake()
+    assert campaign_main(tmp_path, steps=8) == 0 and not world.cmds
+    assert "single-s0: recorded at 6 steps, but " + d + " has no step-6 checkpoint" in capsys.readouterr().out
+    assert campaign.read_jsonl(tmp_path / "c.jsonl") == [r]
+
+
 def test_until_resumes_a_run_with_a_checkpoint(tmp_path, fake):
     d = str(tmp_path / "runs" / "single-s0")
     fake()
