@@ -406,6 +406,12 @@ MUTANTS = [
      ids("test_campaign.py", "test_training_resumes_after_a_failure")),
     ("campaign-resume-without-progress", "bench/campaign.py", "locked_job", "<= begun:", "< 0:",
      ids("test_campaign.py", "test_training_resumes_after_a_failure")),
+    ("campaign-extends-to-as-many-steps", "bench/campaign.py", "main", 'steps <= old.get("steps", steps)',
+     'steps < old.get("steps", steps)', ids("test_campaign.py", "test_more_steps_extend_a_recorded_run")),
+    ("campaign-extends-without-its-checkpoint", "bench/campaign.py", "main", 'old["steps"] in checkpoint_steps(d) and',
+     "", ids("test_campaign.py", "test_more_steps_extend_a_recorded_run")),
+    ("campaign-extension-unnamed", "bench/campaign.py", "main", '"extended_from": old and old["steps"]',
+     '"extended_from": None', ids("test_campaign.py", "test_more_steps_extend_a_recorded_run")),
 ]
 
 
