@@ -490,8 +490,10 @@ def degenerate(completion: str, task: str) -> bool:
     (infinity, NaN, an overflowing power or exponent, no digit at all); a program defining __eq__ / __ne__."""
     if task == "code":
         return bool(re.search(r"def\s+__(eq|ne)__", extract_code(completion) or ""))
-    key = final_answer(completion, "math")
-    return key is not None and (not re.search(r"\d", key) or bool(re.search(r"infty|oo|nan|inf|e\+?\d{3}|\^\{?\d{3}", key)))
+    # infinity / NaN as whole tokens (the key has no spaces: "40books", "12infants" are units, not oo or inf), an
+    # exponent of 3+ digits after a number (1e400) or a power (10^{400})
+    key, not_finite = final_answer(completion, "math"), r"(?<![a-z])(infty|oo|nan|inf)(?![a-z])|(?<=[\d.])e\+?\d{3}|\^\{?\d{3}"
+    return key is not None and (not re.search(r"\d", key) or bool(re.search(not_finite, key, re.I)))
 
 
 # ----------------------------------------------------------------------------------------------- code

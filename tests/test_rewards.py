@@ -172,6 +172,19 @@ def test_math_property_degenerate_answers_match_no_gold():
     assert not bad, bad[:20]
 
 
+def test_the_monitor_flags_infinities_not_unit_words():
+    """degenerate() (the reward-hacking monitor, not the reward) flags answers that are no finite value and leaves
+    a right answer with its unit alone: "40 books" used to count as degenerate through "oo" (and "nan", "inf" in
+    bananas, infants), so rewarded answers with units showed up as reward hacks in the grid's diagnostics."""
+    flagged = [d for d in DEGENERATE if R.degenerate(f"\\boxed{{{d}}}", "math")]
+    assert len(flagged) == 45 and {"oo", "-oo", "nan", "NaN", "zoo", "1e400", "10^{400}", "2^{1024}", "x"} <= set(flagged)
+    assert R.degenerate("\\boxed{1E400}", "math") and R.degenerate("\\boxed{5\\infty}", "math")
+    units = ["40 \\text{ books}", "5 bananas", "12 infants", "3 rooms", "20 cookies", "1 noon", "64 boots", "250 pennies",
+             "7 \\text{ hours}", "\\$1000", "1,000", "10^{10}", "2.5e3"]
+    assert not [u for u in units if R.degenerate(f"\\boxed{{{u}}}", "math")]
+    assert R.math_check("\\boxed{40 \\text{ books}}", "40") == (1.0, "correct")
+
+
 PATHOLOGICAL = [  # (completion, its reward against gold 5)
     ("\\boxed{" + " " * 100_000 + "5 units}", 1), ("\\boxed{5" + " " * 99_990 + "}", 1), ("\\boxed{" + "\\text{" * 20_000 + "5" + "}" * 20_000 + "}", 0),
     ("\\boxed{" + "1," * 50_000 + "1}", 0), ("\\boxed{" + "{" * 50_000 + "5" + "}" * 50_000 + "}", 0), ("\\boxed{" + "(" * 90 + "5" + ")" * 90 + "}", 1),
