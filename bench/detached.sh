@@ -15,32 +15,46 @@
 #   ... start voting-ip-s0 voting-ip-merged-s0 --per-gpu 2 --model /root/mdl15/hf --model-name Qwen2.5-Coder-1.5B-Instruct
 #   ... start voting-sp-s0 --extra "--steps 140"     (once it has finished, in the same lease: extends the cell)
 # Runs go to /root/runs, logs to /root/logs. Nothing here outlives the machine: bring the record back the same lease.
+# A later start in the same lease keeps the records the earlier ones wrote under /root/proj (when the checkout's
+# results file is where they began), runs the reward tests only once, and is refused while a campaign still runs.
+# DETACHED_ROOT (default /root) moves all of it (tests).
 set -u
 DATA=${DATA:-.campaign/data}
+R=${DETACHED_ROOT:-/root}
 case ${1:-} in
 start)
     shift
-    rm -rf /root/proj && cp -r . /root/proj && cd /root/proj || exit 1
-    mkdir -p /root/logs /root/runs
-    # a second start in the same lease (e.g. extending a finished cell): poll must wait for this campaign's end
-    cat /root/logs/progress >> /root/logs/progress.before 2> /dev/null; : > /root/logs/progress
-    echo "start $* $(date +%T)" >> /root/logs/progress
-    (python -m pytest -q -p no:cacheprovider tests/test_rewards.py > /root/logs/reward-tests.txt 2>&1
-     echo "reward tests rc=$? $(date +%T)" >> /root/logs/progress) &
-    python bench/campaign.py --runs /root/runs --logs /root/logs --train-data "$DATA/gsm8k/train.jsonl" \
-        --eval-data "$DATA/gsm8k/test.jsonl" "$@" > /root/logs/campaign.out 2>&1
-    echo "campaign rc=$? $(date +%T)" >> /root/logs/progress
+    if [ -s "$R/logs/progress" ] && ! grep -q "campaign rc=" "$R/logs/progress"; then
+        echo "error: a campaign started here is still running ($R/logs/progress): poll it" >&2; exit 1
+    fi
+    mkdir -p "$R/logs" "$R/runs"
+    results=docs/results/campaign.jsonl
+    [ -f "$R/proj/$results" ] && cp "$R/proj/$results" "$R/campaign.before.jsonl"
+    rm -rf "$R/proj" && cp -r . "$R/proj" && cd "$R/proj" || exit 1
+    if [ -f "$R/campaign.before.jsonl" ] && cmp -s -n "$(stat -c %s $results 2> /dev/null)" $results "$R/campaign.before.jsonl"; then
+        cp "$R/campaign.before.jsonl" $results  # the checkout's records and those this lease added
+    fi
+    # poll waits for this campaign's end, not an earlier one's
+    cat "$R/logs/progress" >> "$R/logs/progress.before" 2> /dev/null; : > "$R/logs/progress"
+    echo "start $* $(date +%T)" >> "$R/logs/progress"
+    if [ ! -e "$R/logs/reward-tests.txt" ]; then
+        (python -m pytest -q -p no:cacheprovider tests/test_rewards.py > "$R/logs/reward-tests.txt" 2>&1
+         echo "reward tests rc=$? $(date +%T)" >> "$R/logs/progress") &
+    fi
+    python bench/campaign.py --runs "$R/runs" --logs "$R/logs" --train-data "$DATA/gsm8k/train.jsonl" \
+        --eval-data "$DATA/gsm8k/test.jsonl" "$@" > "$R/logs/campaign.out" 2>&1
+    echo "campaign rc=$? $(date +%T)" >> "$R/logs/progress"
     wait ;;
 poll)
     end=$((SECONDS + ${2:-240}))
-    until grep -q "campaign rc=" /root/logs/progress 2> /dev/null || [ $SECONDS -ge "$end" ]; do sleep 5; done
-    cat /root/logs/progress 2> /dev/null
-    tail -n 2 /root/logs/campaign.out 2> /dev/null
-    tail -n 1 /root/logs/reward-tests.txt 2> /dev/null
+    until grep -q "campaign rc=" "$R/logs/progress" 2> /dev/null || [ $SECONDS -ge "$end" ]; do sleep 5; done
+    cat "$R/logs/progress" 2> /dev/null
+    tail -n 2 "$R/logs/campaign.out" 2> /dev/null
+    tail -n 1 "$R/logs/reward-tests.txt" 2> /dev/null
     nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader 2> /dev/null
-    if grep -q "campaign rc=" /root/logs/progress 2> /dev/null && [ -n "${OUT:-}" ]; then
-        cp /root/proj/docs/results/campaign.jsonl "$OUT/"
-        (cd /root && find runs -maxdepth 2 -type f \( -name '*.json' -o -name '*.jsonl' -o -name samples.txt \) -print0 |
+    if grep -q "campaign rc=" "$R/logs/progress" 2> /dev/null && [ -n "${OUT:-}" ]; then
+        cp "$R/proj/docs/results/campaign.jsonl" "$OUT/"
+        (cd "$R" && find runs -maxdepth 2 -type f \( -name '*.json' -o -name '*.jsonl' -o -name samples.txt \) -print0 |
             tar czf "$OUT/runs.tmp" --null -T - logs) && mv "$OUT/runs.tmp" "$OUT/runs.tgz"
         echo "copied campaign.jsonl and runs.tgz to \$OUT"
     fi ;;

@@ -811,3 +811,35 @@ def test_eval_chunk_is_eval_pys():
     for n in (1, 2, 3, 8, 300):
         args = E.parse_args(["--model", "tiny", "--n", str(n)])
         assert E.settings_and_problems(args, {}, "tiny", "math")[0]["chunk"] == campaign.eval_chunk(n), n
+
+
+def test_detached_start_twice_in_one_lease(tmp_path):
+    """bench/detached.sh (the GPU machine's way to run a cell past a 10-minute call): a second start in the same
+    lease keeps the first one's record (when the checkout's results file is where it began), waits in poll for its
+    own end, runs the reward tests once, and is refused while a campaign still runs. python is a stub here."""
+    checkout, root, out, stub = (tmp_path / n for n in ("checkout", "root", "out", "stub"))
+    for d in (checkout / "bench", checkout / "docs" / "results", out, stub):
+        d.mkdir(parents=True)
+    shutil.copy(os.path.join(campaign.ROOT, "bench", "detached.sh"), checkout / "bench")
+    results = checkout / "docs" / "results" / "campaign.jsonl"
+    results.write_text('{"name": "a"}\n')
+    (stub / "python").write_text('#!/bin/sh\n[ "$1" = -m ] && { echo "1 passed"; exit 0; }\nshift\n'
+                                 'for a; do case $a in *-s[0-9]) echo "{\\"name\\": \\"$a\\"}" >> docs/results/campaign.jsonl;; '
+                                 'esac; done\necho "campaign: finished"\n')
+    (stub / "python").chmod(0o755)
+    env = {**os.environ, "DETACHED_ROOT": str(root), "OUT": str(out), "PATH": f"{stub}:{os.environ['PATH']}"}
+    sh = lambda *a: subprocess.run(["bash", "bench/detached.sh", *a], cwd=checkout, env=env, capture_output=True, text=True)
+    names = lambda: [json.loads(line)["name"] for line in (out / "campaign.jsonl").read_text().splitlines()]
+    assert sh("start", "single-s0").returncode == 0 and sh("poll", "5").returncode == 0
+    assert names() == ["a", "single-s0"] and "reward tests rc=0" in (root / "logs" / "progress").read_text()
+    assert sh("start", "voting-sp-s0", "--extra", "--steps 140").returncode == 0
+    assert "copied campaign.jsonl" in sh("poll", "5").stdout and names() == ["a", "single-s0", "voting-sp-s0"]
+    progress = (root / "logs" / "progress").read_text()
+    assert progress.startswith("start voting-sp-s0 --extra --steps 140") and "reward tests" not in progress
+    assert "start single-s0" in (root / "logs" / "progress.before").read_text()
+    results.write_text('{"name": "b"}\n')  # another checkout's file: the earlier records are not its
+    assert sh("start", "x-s0").returncode == 0 and sh("poll", "5").returncode == 0 and names() == ["b", "x-s0"]
+    (root / "logs" / "progress").write_text("start y-s0 00:00:00\n")  # a campaign still running
+    refused = sh("start", "z-s0")
+    assert refused.returncode == 1 and refused.stderr.startswith("error: a campaign started here is still running")
+    assert (root / "proj" / "docs" / "results" / "campaign.jsonl").read_text() == '{"name": "b"}\n{"name": "x-s0"}\n'
