@@ -677,7 +677,7 @@ def _sandbox_main():
     # seventeenth review)
     for name in ("mkfifo", "mknod", "setsid", "setpgid", "setpgrp", "login_tty", "posix_fadvise", "preadv", "pwritev",
                  "memfd_create", "setpriority", "sched_setaffinity", "sched_setscheduler", "sched_setparam", "monitoring",
-                 "activate_stack_trampoline", "statvfs", "fstatvfs", "sysconf", "pipe", "pipe2", "pidfd_open",
+                 "activate_stack_trampoline", "statvfs", "fstatvfs", "sysconf", "getloadavg", "pipe", "pipe2", "pidfd_open",
                  "getgrouplist", "initgroups", "bindtextdomain", "bind_textdomain_codeset", "textdomain", "gettext",
                  "dgettext", "dcgettext", "set_debug", "create_builtin"):
         [delattr(m, name) for m in (os, sys.modules[os.name], sys, __import__("_locale"), gc, _imp) if hasattr(m, name)]
@@ -1052,6 +1052,10 @@ def grade(completions: list[str], problems: list[dict], max_workers: int | None 
     # problem (twenty-seventh review). So a lane (a worker's runs, one after another) holds two or more problems, each
     # problem's programs spread evenly over it: another problem's program runs between two of one problem's, and how
     # long it takes is its own. Fewer lanes than workers when a call has fewer than twice as many problems
+    # That blurs the channel, it does not close it: symbols wider than the neighbour's run-time spread and the gap
+    # calibrated, a listener passed 18-20/20 with one program between, 8/10 with seven (twenty-eighth review). Closing
+    # it needs start times that do not depend on earlier ends (slots of the time limit: ~6 s per program of a problem,
+    # ~48 s a call for groups of 8): too slow for training, so left open (README, "The serial order")
     same: dict = {}  # the code items' indices by their tests
     [same.setdefault(json.dumps([p.get("test_code"), p.get("io_tests")], default=str), []).append(i)
      for i, p in enumerate(problems) if p["task"] == "code"]

@@ -1204,7 +1204,8 @@ def test_runs_graded_at_once_cannot_signal_to_each_other():
     standard-library file (any run may read one) did the same with the review's fix alone. Neither has an audit event
     but the lock's own: statvfs, fstatvfs and sysconf (free memory) are gone; locks refused. The previous code: the
     listener passed. os.pipe and pipe2 are gone too: a pipe's inode number comes from a kernel-wide counter, and a
-    burst of pipes made by a solver could be read in a listener's own pipes (twenty-fourth review)."""
+    burst of pipes made by a solver could be read in a listener's own pipes (twenty-fourth review). os.getloadavg (the
+    machine's load, from sysinfo) is gone as well (twenty-eighth review: too noisy to carry answers, but machine-wide)."""
     lock = "import fcntl, os, time\nf = open(os.__file__, 'rb')\n"
     solver = lock + "fcntl.flock(f, fcntl.LOCK_EX)\ntime.sleep(1.5)\ndef add(a, b):\n    return a + b\n"
     listener = lock + ("def add(a, b):\n    for _ in range(300):\n        try:\n"
@@ -1214,11 +1215,11 @@ def test_runs_graded_at_once_cannot_signal_to_each_other():
     problem = {"task": "code", "prompt": "", "test_code": "assert add(1, 2) == 3", "entry_point": "add"}
     other = {**problem, "test_code": "assert add(2, 2) == 4"}  # another problem: grade() runs the two at once
     assert R.grade([fence(listener), fence(solver)], [problem, other], max_workers=2)[0] == (0.0, "fail")
-    r = R.run_python("import fcntl, os\nprint([hasattr(os, n) for n in ('statvfs', 'fstatvfs', 'sysconf', 'pipe', 'pipe2')])\n"
+    r = R.run_python("import fcntl, os\nprint([hasattr(os, n) for n in ('statvfs', 'fstatvfs', 'sysconf', 'getloadavg', 'pipe', 'pipe2')])\n"
                      "for f in (lambda: fcntl.flock(0, fcntl.LOCK_SH), lambda: os.lockf(1, os.F_TLOCK, 0),\n"
                      "          lambda: fcntl.fcntl(1, fcntl.F_OFD_SETLK, bytes(32))):\n    try:\n        f()\n"
                      "        print('ran')\n    except OSError as e:\n        print(e)\n", stdin="")
-    assert r.stdout.split("\n")[:4] == ["[False, False, False, False, False]", "sandbox: fcntl.flock", "sandbox: os.lockf",
+    assert r.stdout.split("\n")[:4] == ["[False, False, False, False, False, False]", "sandbox: fcntl.flock", "sandbox: os.lockf",
                                          "sandbox: fcntl.fcntl"], r
 
 
