@@ -344,7 +344,7 @@ MUTANTS = [
      SIBLINGS),
     ("file-locks-allowed", "rewards.py", "_sandbox_main", '"socket.", "fcntl."', '"socket."',
      SIBLINGS),
-    ("pipes-left-to-the-program", "rewards.py", "_sandbox_main", '"sysconf", "pipe", "pipe2"', '"sysconf"',
+    ("pipes-left-to-the-program", "rewards.py", "_sandbox_main", '"getloadavg", "pipe", "pipe2"', '"getloadavg"',
      SIBLINGS),
     ("one-problem-programs-at-once", "rewards.py", "grade", "same.setdefault(json.dumps(", "same.setdefault(i or json.dumps(",
      ids("test_rewards.py", "test_programs_of_one_problem_never_run_at_once")),
