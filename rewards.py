@@ -136,11 +136,12 @@ NOT supported / NOT protected against (run large-scale untrusted code in a conta
   problem, which read the clock as it started: one computing nothing passed 111 of MBPP's 116 problems with three
   boolean answers right after a solver in one grade() call (13/116 alone). Now each worker's lane interleaves two or
   more problems, so another problem's program runs between two of one problem's (20 problems: 2/20, and 0/20 with the
-  listener's constant recalibrated, vs 20/20; alone 1-4/20). Still open: a program of another problem that ends at
-  the phase it started at would pass the phase on (nothing rewards it for that); a call with one problem (or one
-  holding more than half its lane's programs) still runs them back to back; fixed time slots or random delays of
-  about the time limit (seconds per run) would close it. The cost: fewer lanes than workers when a call has fewer
-  than twice as many problems (16 problems on 16 cores: 8 lanes).
+  listener's constant recalibrated, vs 20/20; alone 1-4/20). That only blurs it (twenty-eighth review): the program
+  between takes a steady 0.15-0.25 s, so wider symbols (a 2-4 s cycle) and a calibrated gap get through, 18-20/20 with
+  one program between, 8/10 with seven (alone 1-2). OPEN: closing it needs start times independent of earlier ends
+  (slots of the time limit, ~6 s per program of a problem per call), too slow for training. Also open: a relay by a
+  program of another problem; a call with one problem (or one holding more than half its lane's programs) runs them
+  back to back. The cost of the lanes: fewer than workers when a call has fewer than twice as many problems.
 - A correct program writing more than 64 MiB in all fails in its own root (the tmpfs's size), not without it.
 - Without its own root (not root, no namespaces, or it could not be made): network is refused only by the audit
   hook, disk use is bounded per file (16 MiB) and by the 10,000-file cap only, so a run can fill the disk for its few
@@ -1051,7 +1052,7 @@ def grade(completions: list[str], problems: list[dict], max_workers: int | None 
     # a solver that sent its last reply at a wall-clock phase spelling its answers told them to the next program of its
     # problem (twenty-seventh review). So a lane (a worker's runs, one after another) holds two or more problems, each
     # problem's programs spread evenly over it: another problem's program runs between two of one problem's, and how
-    # long it takes is its own. Fewer lanes than workers when a call has fewer than twice as many problems
+    # long it takes is its own. Fewer lanes than workers when a call has fewer than twice as many problems.
     # That blurs the channel, it does not close it: symbols wider than the neighbour's run-time spread and the gap
     # calibrated, a listener passed 18-20/20 with one program between, 8/10 with seven (twenty-eighth review). Closing
     # it needs start times that do not depend on earlier ends (slots of the time limit: ~6 s per program of a problem,

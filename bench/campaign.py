@@ -572,22 +572,21 @@ def main(argv=None):
         flags = GRID + task_flags + CONFIGS[config] + args.extra_flags
         steps, warmup = (int(flags[len(flags) - flags[::-1].index(f)]) for f in ("--steps", "--warmup"))  # the last wins
         old = None if args.force else done.get((config, seed, args.model_name, args.task))
-        if old and steps <= old.get("steps", steps):  # a record without its steps (by hand): as many
-            print(f"{name}: already in {args.results} ({args.model_name}, {args.task}), skipped (--force reruns it; "
-                  "more --steps extends it)")
-            continue
-        if old and not (old["steps"] in checkpoint_steps(d) and os.path.exists(os.path.join(d, "config.json"))):
-            print(f"{name}: recorded at {old['steps']} steps, but {d} has no step-{old['steps']} checkpoint to extend "
-                  f"it to {steps} from: skipped (--force reruns it from scratch)")
-            continue
-        if old and args.until is not None and args.until <= old["steps"]:
-            sys.exit(print(f"error: --until {args.until}: {name} is recorded at {old['steps']} steps already",
-                           file=sys.stderr) or 2)
-        if old:  # the rest of the job is the same as --until's second call: resumed from its checkpoint
+        if old:  # recorded: skipped, unless more steps are asked for (then as --until's second call: resumed)
+            if steps <= old.get("steps", steps):  # a record without its steps (by hand): as many
+                print(f"{name}: already in {args.results} ({args.model_name}, {args.task}), skipped (--force reruns "
+                      "it; more --steps extends it)")
+                continue
+            if not (old["steps"] in checkpoint_steps(d) and os.path.exists(os.path.join(d, "config.json"))):
+                print(f"{name}: recorded at {old['steps']} steps, but {d} has no step-{old['steps']} checkpoint to "
+                      f"extend it to {steps} from: skipped (--force reruns it from scratch)")
+                continue
+            if args.until is not None and args.until <= old["steps"]:
+                sys.exit(print(f"error: --until {args.until}: {name} is recorded at {old['steps']} steps already",
+                               file=sys.stderr) or 2)
             print(f"{name}: recorded at {old['steps']} steps: extended to {steps} from its checkpoint; the record "
                   "will be replaced" + ("" if "--no-cosine" in flags else " (the cosine schedule is stretched: "
                                         "not the same as a run trained straight to the new steps)"))
-            extend_warmup = min(warmup, old["steps"] // 4)
         if args.until is not None and (args.until < 1 or args.until % args.eval_every or args.until >= steps):
             print(f"error: --until {args.until} must be a multiple of --eval-every {args.eval_every} below the "
                   f"run's {steps} steps", file=sys.stderr)
@@ -595,8 +594,8 @@ def main(argv=None):
         if args.until and min(warmup, args.until // 4) != min(warmup, steps // 4):  # train.py's lr_factor
             print(f"note: --until {args.until}: the warm-up is capped at {args.until // 4} steps instead of "
                   f"{min(warmup, steps // 4)}: the resumed run will differ from one trained straight to {steps}")
-        if old and extend_warmup != min(warmup, steps // 4):
-            print(f"note: {name} was warmed up over {extend_warmup} steps, a run of {steps} would be over "
+        if old and min(warmup, old["steps"] // 4) != min(warmup, steps // 4):
+            print(f"note: {name} was warmed up over {min(warmup, old['steps'] // 4)} steps, a run of {steps} would be over "
                   f"{min(warmup, steps // 4)}: the extended run differs from one trained straight to {steps}")
         jobs.append({"name": name, "run": os.path.basename(d), "config": config, "seed": seed, "dir": d, "phase": "queued", "steps": steps,
                      "target": args.until or steps, "extended_from": old and old["steps"]})
