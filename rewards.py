@@ -491,10 +491,10 @@ def degenerate(completion: str, task: str) -> bool:
     (infinity, NaN, an overflowing power or exponent, no digit at all); a program defining __eq__ / __ne__."""
     if task == "code":
         return bool(re.search(r"def\s+__(eq|ne)__", extract_code(completion) or ""))
-    # infinity / NaN as whole tokens (the key has no spaces: "40books", "12infants" are units, not oo or inf), an
-    # exponent of 3+ digits after a number (1e400) or a power (10^{400})
-    key, not_finite = final_answer(completion, "math"), r"(?<![a-z])(infty|oo|nan|inf)(?![a-z])|(?<=[\d.])e\+?\d{3}|\^\{?\d{3}"
-    return key is not None and (not re.search(r"\d", key) or bool(re.search(not_finite, key, re.I)))
+    # infinity / NaN as whole tokens in the boxed text as written (the key has no spaces: "40books", "2\cdotinfinity"),
+    # so "40 books" and "12 infants" are units, not oo or inf; an exponent of 3+ digits after a number (1e400) or a power
+    box, not_finite = last_boxed(completion) or "", r"(?<![a-z])(infinity|infty|oo|nan|inf)(?![a-z])|(?<=[\d.])e\+?\d{3}|\^\{?\d{3}"
+    return (key := final_answer(completion, "math")) is not None and (not re.search(r"\d", key) or bool(re.search(not_finite, box, re.I)))
 
 
 # ----------------------------------------------------------------------------------------------- code

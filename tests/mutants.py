@@ -408,7 +408,7 @@ MUTANTS = [
      ids("test_campaign.py", "test_training_resumes_after_a_failure")),
     ("sandbox-keeps-getloadavg", "rewards.py", "_sandbox_main", '"sysconf", "getloadavg", "pipe"', '"sysconf", "pipe"',
      ids("test_rewards.py", "test_runs_graded_at_once_cannot_signal_to_each_other")),
-    ("monitor-infinity-inside-words", "rewards.py", "degenerate", 'r"(?<![a-z])(infty|oo|nan|inf)(?![a-z])|', 'r"(infty|oo|nan|inf)|',
+    ("monitor-infinity-inside-words", "rewards.py", "degenerate", 'r"(?<![a-z])(infinity|infty|oo|nan|inf)(?![a-z])|', 'r"(infinity|infty|oo|nan|inf)|',
      ids("test_rewards.py", "test_the_monitor_flags_infinities_not_unit_words")),
     ("monitor-misses-big-exponents", "rewards.py", "degenerate", r'|(?<=[\d.])e\+?\d{3}|', "|",
      ids("test_rewards.py", "test_the_monitor_flags_infinities_not_unit_words")),

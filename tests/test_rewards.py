@@ -179,6 +179,7 @@ def test_the_monitor_flags_infinities_not_unit_words():
     flagged = [d for d in DEGENERATE if R.degenerate(f"\\boxed{{{d}}}", "math")]
     assert len(flagged) == 45 and {"oo", "-oo", "nan", "NaN", "zoo", "1e400", "10^{400}", "2^{1024}", "x"} <= set(flagged)
     assert R.degenerate("\\boxed{1E400}", "math") and R.degenerate("\\boxed{5\\infty}", "math")
+    assert R.degenerate("\\boxed{10^{infinity}}", "math") and R.degenerate("\\boxed{2 \\cdot infinity}", "math")
     units = ["40 \\text{ books}", "5 bananas", "12 infants", "3 rooms", "20 cookies", "1 noon", "64 boots", "250 pennies",
              "7 \\text{ hours}", "\\$1000", "1,000", "10^{10}", "2.5e3"]
     assert not [u for u in units if R.degenerate(f"\\boxed{{{u}}}", "math")]
