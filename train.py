@@ -236,10 +236,10 @@ def old_and_ref_logprobs(model, rows, adv, groups, args):
             mine = [i for i, r in enumerate(rows) if role_adapter[r.role] == adapter and r.completion_ids]
             for target, name, sel in [(old_lp, adapter, [i for i in mine if i in later]),
                                       (ref_lp, None, [i for i in mine if role_value(args.kl_coefs, rows[i].role)])]:
-                lora.set_adapter(model, name)
                 for mb in grpo.micro_batches([len(rows[i].prompt_ids) + len(rows[i].completion_ids) for i in sel],
                                              args.token_budget):  # of the selected rows only: full, fewer passes
                     ix = [sel[j] for j in mb]
+                    lora.set_adapter(model, name)  # in the loop: a selection with no rows sets nothing
                     target.update(zip(ix, row_logprobs(model, [rows[i] for i in ix], args.temperature)[0]))
     return [old_lp.get(i) for i in range(len(rows))], [ref_lp.get(i) for i in range(len(rows))]
 
