@@ -505,13 +505,14 @@ def answer_monitor(episodes, task):
     a degenerate one (rewards.degenerate: infinity, NaN, a program overriding __eq__, ...). Returns
     ({"answer_top_share": share of the final answers (episodes whose final text has one, rewards.final_answer)
     equal to the most common one, "answer_top": that answer, its first 80 characters}, {role: share of its
-    rewarded (outcome 1) answer turns that are degenerate, None without any}); answer turns are those of
-    MONITORED_ROLES (an evaluator, aggregator or orchestrator turn answers nothing). Values None when empty."""
+    rewarded answer turns that are degenerate, None without any}); answer turns are those of MONITORED_ROLES (an
+    evaluator, aggregator or orchestrator turn answers nothing); rewarded: in an episode of outcome 1 and not
+    graded wrong itself (Turn.correct: a wrong voter beside the right one picked is no hole in the reward)."""
     # a final text without an answer (no \boxed{}, no code block) is not counted
     keys = Counter(k for ep in episodes if ep.final is not None and (k := rewards.final_answer(ep.final, task)) is not None)
     top, n = keys.most_common(1)[0] if keys else (None, 0)
     rewarded = {t.role: [] for ep in episodes for t in ep.turns if t.role in MONITORED_ROLES}
-    for t in (t for ep in episodes if ep.correct for t in ep.turns if t.role in rewarded):
+    for t in (t for ep in episodes if ep.correct for t in ep.turns if t.role in rewarded and t.correct is not False):
         rewarded[t.role].append(rewards.degenerate(t.text, task))
     return ({"answer_top_share": n / keys.total() if keys else None, "answer_top": top and top[:80]},
             {role: sum(d) / len(d) if d else None for role, d in rewarded.items()})

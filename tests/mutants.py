@@ -412,6 +412,8 @@ MUTANTS = [
      ids("test_rewards.py", "test_the_monitor_flags_infinities_not_unit_words")),
     ("monitor-misses-big-exponents", "rewards.py", "degenerate", r'|(?<=[\d.])e\+?\d{3}|', "|",
      ids("test_rewards.py", "test_the_monitor_flags_infinities_not_unit_words")),
+    ("monitor-counts-wrong-voters", "workflows.py", "answer_monitor", " and t.correct is not False):", "):",
+     ids("test_eval.py", "test_reward_hacking_monitor_in_diagnostics_and_tables")),
     ("campaign-extends-to-as-many-steps", "bench/campaign.py", "main", 'steps <= old.get("steps", steps)',
      'steps < old.get("steps", steps)', ids("test_campaign.py", "test_more_steps_extend_a_recorded_run")),
     ("campaign-extends-without-its-checkpoint", "bench/campaign.py", "main", 'old["steps"] in checkpoint_steps(d) and',

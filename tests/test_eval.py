@@ -341,6 +341,8 @@ def test_reward_hacking_monitor_in_diagnostics_and_tables():
     assert d["answer_top"] == workflows.rewards.final_answer(inf, "math")
     assert d["roles"]["generator"]["degenerate_rewarded"] == 0.5  # 3 of the 6 rewarded voter answers
     assert d["roles"]["aggregator"]["degenerate_rewarded"] is None  # a pick is no answer
+    eps[1].turns[2].correct = False  # graded wrong, beside the right voter picked: no hole in the reward, not counted
+    assert ev.diagnostics("voting", eps, "math")["roles"]["generator"]["degenerate_rewarded"] == pytest.approx(2 / 5)
     r = {"step": 0, "pass@1": 2 / 3, "pass@1_se": 0.3, "problems": 3, "n": 1, "greedy": None, "pass@k": {},
          "workflow": "voting", "policy": "IP", "task": "math", "model": "tiny",
          "settings": {"temperature": 0.7, "seed": 0}, "diagnostics": d}
