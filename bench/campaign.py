@@ -6,6 +6,7 @@ evaluate every checkpoint, append one JSON record per finished run to docs/resul
     python bench/campaign.py voting-ip-s0 --runs /root/runs --until 40     # to step 40 only, no record yet
     python bench/campaign.py voting-ip-s0 --runs /root/runs                # later: resumes it to 100, records
     python bench/campaign.py voting-sp-s0 --runs /root/runs --extra "--steps 140"   # recorded at 100: extend it
+    python bench/campaign.py voting-sp-s0 --runs /root/runs --grow 20      # then 120, 140, ... each recorded
     python bench/campaign.py single-s0 --task code --runs /root/runs           # MBPP -> HumanEval
     python bench/campaign.py single-s0 --model /root/mdl15/hf --model-name Qwen2.5-Coder-1.5B-Instruct
     python bench/campaign.py --plot                                        # one PNG per claim from the file
@@ -536,6 +537,10 @@ def main(argv=None):
     p.add_argument("--until", type=int, default=None, metavar="STEP", help="train only to STEP (a multiple of "
                    "--eval-every, below the grid's steps), evaluate, write no record; a later call without it "
                    "resumes and finishes the run")
+    p.add_argument("--grow", type=int, default=0, metavar="STEPS", help="once the runs are recorded, extend them "
+                   "by STEPS more at a time (as --extra \"--steps N\"), each time recorded, until --grow-to: the "
+                   "rest of a GPU lease used with no call in between")
+    p.add_argument("--grow-to", type=int, default=300, metavar="STEPS")
     p.add_argument("--no-eval-while-training", dest="eval_while_training", action="store_false",
                    help="evaluate only after training (default: evaluate each new checkpoint while training)")
     p.add_argument("--runs", default=os.path.join(ROOT, "runs", "campaign"), help="run folders go here")
@@ -640,6 +645,11 @@ def main(argv=None):
     print(f"campaign: {len(jobs) - len(failed) - len(stopped)} of {len(jobs)} run(s) finished -> {args.results}"
           + (f"; stopped (--until): {', '.join(stopped)}" if stopped else "")
           + (f"; failed: {', '.join(failed)}" if failed else ""))
+    if args.grow > 0 and jobs and not failed and not stopped and max(j["steps"] for j in jobs) + args.grow <= args.grow_to:
+        more = max(j["steps"] for j in jobs) + args.grow  # the runs just recorded, extended (the last --extra wins)
+        print(f"campaign: --grow {args.grow}: extending to {more} steps", flush=True)
+        return main([a for a in (sys.argv[1:] if argv is None else argv) if a != "--force"] +  # once, not per growth
+                    ["--extra", f"{args.extra} --steps {more}"])
     sys.exit(1 if failed else 0)
 
 

@@ -5,8 +5,10 @@
 #
 #   setsid nohup bash bench/detached.sh start CELL... [campaign flags] > /root/detached.log 2>&1 < /dev/null &
 #   bash bench/detached.sh poll [SECONDS]    wait until the campaign has ended (at most SECONDS, default 240), print
-#                                            its status; once it has ended, copy docs/results/campaign.jsonl and a
-#                                            tar of the logs and the run folders' small files (no checkpoints) to $OUT
+#                                            its status; whenever its records change, and at its end, copy
+#                                            docs/results/campaign.jsonl and a tar of the logs and the run folders'
+#                                            small files (no checkpoints) to $OUT: a call cut off by the lease's end
+#                                            still brings back the latest record
 #
 # start: the code reward's tests run beside the campaign (-> /root/logs/reward-tests.txt; "reward tests rc=" in
 # /root/logs/progress), which checks the sandbox on that machine's Python. Data: GSM8K from DATA (default
@@ -14,6 +16,7 @@
 #   ... start single-s0 --task code --train-data $DATA/mbpp/mbpp.jsonl --eval-data $DATA/humaneval/HumanEval.jsonl
 #   ... start voting-ip-s0 voting-ip-merged-s0 --per-gpu 2 --model /root/mdl15/hf --model-name Qwen2.5-Coder-1.5B-Instruct
 #   ... start voting-sp-s0 --extra "--steps 140"     (once it has finished, in the same lease: extends the cell)
+#   ... start voting-sp-rb-s0 --grow 20     (then 20 steps more at a time, each recorded, until the lease's end)
 # Runs go to /root/runs, logs to /root/logs. Nothing here outlives the machine: bring the record back the same lease.
 # A later start in the same lease keeps the records the earlier ones wrote under /root/proj (when the checkout's
 # results file is where they began), runs the reward tests only once, and is refused while a campaign still runs.
@@ -46,16 +49,22 @@ start)
     echo "campaign rc=$? $(date +%T)" >> "$R/logs/progress"
     wait ;;
 poll)
-    end=$((SECONDS + ${2:-240}))
-    until grep -q "campaign rc=" "$R/logs/progress" 2> /dev/null || [ $SECONDS -ge "$end" ]; do sleep 5; done
+    end=$((SECONDS + ${2:-240})) results="$R/proj/docs/results/campaign.jsonl"
+    bring() {  # the records and the small files, to $OUT
+        [ -n "${OUT:-}" ] && [ -f "$results" ] || return 1
+        cp "$results" "$OUT/campaign.tmp" && mv "$OUT/campaign.tmp" "$OUT/campaign.jsonl"
+        (cd "$R" && find runs -maxdepth 2 -type f \( -name '*.json' -o -name '*.jsonl' -o -name samples.txt \) -print0 |
+            tar czf "$OUT/runs.tmp" --null -T - logs) && mv "$OUT/runs.tmp" "$OUT/runs.tgz"
+    }
+    until grep -q "campaign rc=" "$R/logs/progress" 2> /dev/null || [ $SECONDS -ge "$end" ]; do
+        cmp -s "$results" "${OUT:-/nonexistent}/campaign.jsonl" 2> /dev/null || bring
+        sleep 2
+    done
     cat "$R/logs/progress" 2> /dev/null
     tail -n 2 "$R/logs/campaign.out" 2> /dev/null
     tail -n 1 "$R/logs/reward-tests.txt" 2> /dev/null
     nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader 2> /dev/null
-    if grep -q "campaign rc=" "$R/logs/progress" 2> /dev/null && [ -n "${OUT:-}" ]; then
-        cp "$R/proj/docs/results/campaign.jsonl" "$OUT/"
-        (cd "$R" && find runs -maxdepth 2 -type f \( -name '*.json' -o -name '*.jsonl' -o -name samples.txt \) -print0 |
-            tar czf "$OUT/runs.tmp" --null -T - logs) && mv "$OUT/runs.tmp" "$OUT/runs.tgz"
+    if grep -q "campaign rc=" "$R/logs/progress" 2> /dev/null && bring; then
         echo "copied campaign.jsonl and runs.tgz to \$OUT"
     fi ;;
 *) echo "usage: bash bench/detached.sh start CELL... [campaign flags] | poll [SECONDS]" >&2; exit 2 ;;

@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 import types
 
 import numpy as np
@@ -357,6 +358,26 @@ def test_more_steps_extend_a_recorded_run(tmp_path, fake, capsys):
     assert campaign_main(tmp_path, steps=8) == 0 and not world.cmds
     assert "single-s0: recorded at 6 steps, but " + d + " has no step-6 checkpoint" in capsys.readouterr().out
     assert campaign.read_jsonl(tmp_path / "c.jsonl") == [r]
+
+
+def test_grow_extends_the_recorded_runs_until_grow_to(tmp_path, fake, capsys):
+    """--grow 2 --grow-to 9: a run recorded at 4 steps is extended to 6, then 8 (each time resumed from its last
+    checkpoint and its record replaced), and not to 10; a failed or stopped run is not grown."""
+    d = str(tmp_path / "runs" / "single-s0")
+    world = fake()
+    assert campaign_main(tmp_path, "--grow", "2", "--grow-to", "9", steps=4) == 0
+    trains = [c for c in world.cmds if "train.py" in c]
+    assert [c[len(c) - c[::-1].index("--steps")] for c in trains] == ["4", "6", "8"]  # the last --steps
+    assert ["--resume" in c for c in trains] == [False, True, True]
+    [r] = campaign.read_jsonl(tmp_path / "c.jsonl")
+    assert r["steps"] == 8 and r["extended_from"] == 6 and [p["step"] for p in r["curve"]] == [0, 2, 4, 6, 8]
+    assert "extending to 8 steps" in capsys.readouterr().out
+    world = fake()
+    assert campaign_main(tmp_path, "--force", "--grow", "2", "--grow-to", "7", steps=4) == 0  # --force: the first time only
+    assert ["--resume" in c for c in world.cmds if "train.py" in c] == [False, True]
+    world = fake()
+    assert campaign_main(tmp_path, "--grow", "2", "--until", "8", "--force", steps=10) == 0  # stopped: no growth
+    assert len([c for c in world.cmds if "train.py" in c]) == 1 and ckpts(d)[-1] == 8
 
 
 def test_until_resumes_a_run_with_a_checkpoint(tmp_path, fake):
@@ -843,3 +864,34 @@ def test_detached_start_twice_in_one_lease(tmp_path):
     refused = sh("start", "z-s0")
     assert refused.returncode == 1 and refused.stderr.startswith("error: a campaign started here is still running")
     assert (root / "proj" / "docs" / "results" / "campaign.jsonl").read_text() == '{"name": "b"}\n{"name": "x-s0"}\n'
+
+
+def test_detached_poll_brings_records_back_before_the_end(tmp_path):
+    """bench/detached.sh poll copies the records to $OUT as soon as they change, not only at the campaign's end (a
+    call cut off by the lease's end, e.g. while --grow extends a recorded cell, keeps them). python is a stub that
+    records its cell, then waits for a file to exist."""
+    checkout, root, out, stub = (tmp_path / n for n in ("checkout", "root", "out", "stub"))
+    for d in (checkout / "bench", checkout / "docs" / "results", out, stub):
+        d.mkdir(parents=True)
+    shutil.copy(os.path.join(campaign.ROOT, "bench", "detached.sh"), checkout / "bench")
+    (checkout / "docs" / "results" / "campaign.jsonl").write_text('{"name": "a"}\n')
+    (stub / "python").write_text('#!/bin/sh\n[ "$1" = -m ] && exit 0\n'
+                                 'echo "{\\"name\\": \\"x-s0\\"}" >> docs/results/campaign.jsonl\n'
+                                 f'until [ -e {tmp_path}/release ]; do sleep 0.1; done\n')
+    (stub / "python").chmod(0o755)
+    env = {**os.environ, "DETACHED_ROOT": str(root), "OUT": str(out), "PATH": f"{stub}:{os.environ['PATH']}"}
+    sh = lambda *a: subprocess.run(["bash", "bench/detached.sh", *a], cwd=checkout, env=env, capture_output=True, text=True)
+    names = lambda: [json.loads(line)["name"] for line in (out / "campaign.jsonl").read_text().splitlines()]
+    start = subprocess.Popen(["bash", "bench/detached.sh", "start", "x-s0"], cwd=checkout, env=env)
+    try:
+        proj = root / "proj" / "docs" / "results" / "campaign.jsonl"
+        for _ in range(200):
+            if proj.exists() and "x-s0" in proj.read_text():
+                break
+            time.sleep(0.1)
+        early = sh("poll", "1")
+        assert "copied" not in early.stdout and names() == ["a", "x-s0"] and (out / "runs.tgz").exists()
+    finally:
+        (tmp_path / "release").touch()
+        start.wait(timeout=30)
+    assert "copied campaign.jsonl" in sh("poll", "5").stdout and names() == ["a", "x-s0"]
