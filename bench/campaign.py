@@ -7,6 +7,7 @@ evaluate every checkpoint, append one JSON record per finished run to docs/resul
     python bench/campaign.py voting-ip-s0 --runs /root/runs                # later: resumes it to 100, records
     python bench/campaign.py voting-sp-s0 --runs /root/runs --extra "--steps 140"   # recorded at 100: extend it
     python bench/campaign.py voting-sp-s0 --runs /root/runs --grow 20      # then 120, 140, ... each recorded
+    python bench/campaign.py single-s1 --transfer voting,evalopt,orchworkers   # + its adapter in every role (C2)
     python bench/campaign.py single-s0 --task code --runs /root/runs           # MBPP -> HumanEval
     python bench/campaign.py single-s0 --model /root/mdl15/hf --model-name Qwen2.5-Coder-1.5B-Instruct
     python bench/campaign.py --plot                                        # one PNG per claim from the file
@@ -203,6 +204,7 @@ def build_record(run_dir, name, model_name, eval_data, eval_problems, eval_n, ex
                             "entropy": {role: [None if (e := m["roles"].get(role, {}).get("entropy")) is None else
                                                round(e, 4) for m in metrics] for role in metrics[-1]["roles"]}
                             if metrics else {}},
+            **({"transfers": t} if (t := transfers(run_dir, curve[-1]["step"])) else {}),
             "git_commit": git_commit(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             **(extra or {})}
 
@@ -299,10 +301,32 @@ else:
 """
 
 
+# A single-agent run's last adapter in every role of another workflow (C2: eval.py --adapters DIR --workflow W
+# --transfer all ...): eval.py's result as JSON in argv[1] (written whole: a cut-off one is no file).
+TRANSFER_EVAL = """import json, os, sys
+import eval as E
+r = E.main(sys.argv[2:])
+json.dump(r, open(sys.argv[1] + '.tmp', 'w'))
+os.replace(sys.argv[1] + '.tmp', sys.argv[1])"""
+STRUCTURES = ("voting", "evalopt", "orchworkers")
+
+
+def transfer_file(run_dir, workflow, step):
+    return os.path.join(run_dir, f"transfer-{workflow}-step{step}.json")
+
+
+def transfers(run_dir, step):
+    """{workflow: {"step", "pass@1", "se", "diagnostics"}} of the run's TRANSFER_EVAL results for that step."""
+    found = {w: json.load(open(f)) for w in STRUCTURES if os.path.exists(f := transfer_file(run_dir, w, step))}
+    return {w: {"step": step, "pass@1": r["pass@1"], "se": r["pass@1_se"], "diagnostics": r["diagnostics"]}
+            for w, r in found.items()}
+
+
 def start(cmd, env, log, beside=False):
     """Write the command to the log (BASE_EVAL by its name), start it with its output into the log. `beside`
     another process writing there (training's progress bar ends no line): on a line of its own."""
-    names = {BASE_EVAL: "<BASE_EVAL of bench/campaign.py>", CAPPED: "<CAPPED of bench/campaign.py>"}
+    names = {BASE_EVAL: "<BASE_EVAL of bench/campaign.py>", CAPPED: "<CAPPED of bench/campaign.py>",
+             TRANSFER_EVAL: "<TRANSFER_EVAL of bench/campaign.py>"}
     text = " ".join(names.get(c, c) for c in cmd)
     log.write(("\n" if beside else "") + f"$ {text}\n")
     log.flush()
@@ -396,6 +420,16 @@ def locked_job(job, gpu, args, lock):
             job["phase"] = f"FAILED in eval (see {log.name})"
             return
         job["eval_wall_s"] = round(time.time() - t0)  # after training: the wait for a running one included
+        last = max(checkpoint_steps(d), default=0)
+        for w in [w for w in args.transfer if job["config"] == "single" and not args.until]:
+            if not os.path.exists(out := transfer_file(d, w, last)):  # C2: the last adapter in every role of w
+                job["phase"] = f"transfer into {w}"
+                with open(os.path.join(d, "config.json")) as f:
+                    tokens = str(json.load(f)["max_new_tokens"])
+                if start([py, "-c", TRANSFER_EVAL, out, "--model", args.model, "--workflow", w, "--transfer", "all",
+                          "--adapters", os.path.join(d, f"step_{last:06d}"), "--task", args.task,
+                          "--max-new-tokens", tokens, *flags], env, log).wait():
+                    log.write(f"campaign: the transfer into {w} failed: the record goes without it\n")
     if args.until:
         job["phase"] = (f"stopped at step {max(checkpoint_steps(d), default=0)} (--until {args.until}): no record; "
                         "the same command without --until finishes it")
@@ -537,6 +571,9 @@ def main(argv=None):
     p.add_argument("--until", type=int, default=None, metavar="STEP", help="train only to STEP (a multiple of "
                    "--eval-every, below the grid's steps), evaluate, write no record; a later call without it "
                    "resumes and finishes the run")
+    p.add_argument("--transfer", type=lambda v: [w for w in v.split(",") if w], default=[], metavar="W[,W]",
+                   help="a single cell's last adapter also evaluated in every role of these workflows (voting, "
+                   "evalopt, orchworkers; eval.py --transfer all, the same held-out problems), into its record (C2)")
     p.add_argument("--grow", type=int, default=0, metavar="STEPS", help="once the runs are recorded, extend them "
                    "by STEPS more at a time (as --extra \"--steps N\"), each time recorded, until --grow-to: the "
                    "rest of a GPU lease used with no call in between")
@@ -564,6 +601,8 @@ def main(argv=None):
         sys.exit(f"error: --model {args.model}: give its name too, e.g. --model-name Qwen2.5-Coder-1.5B-Instruct")
     args.model_name = args.model_name or (DEFAULT_MODEL if args.model == "/root/mdl/hf" else args.model)
     args.extra_flags = extra_flags(args.extra)
+    if bad := [w for w in args.transfer if w not in STRUCTURES]:
+        sys.exit(f"error: --transfer {','.join(bad)}: choose from {','.join(STRUCTURES)}")
     args.logs = args.logs or os.path.join(args.runs, "logs")
     os.makedirs(args.logs, exist_ok=True)
     task_flags, train_default, eval_default = TASKS[args.task]

@@ -136,6 +136,7 @@ class FakeProcesses:
 
     def __init__(self, problems=4, n=1, eval_rc=(), train_rc=0, final_rc=0, fail_at=None):
         self.cmds, self.evals, self.training, self.eval_rc, self.train_rc = [], 0, None, list(eval_rc), train_rc
+        self.transfer_fails = ()
         self.fail_at = fail_at  # the first train.py to reach this step (its checkpoint written) exits with 1
         self.final_rc, self.history = final_rc, []  # (final: started after training, steps found, exit status)
         self.settings, self.idle_with_tmp, self.started_while_training = {"problems": problems, "n": n, "chunk": 256 // n,
@@ -144,7 +145,24 @@ class FakeProcesses:
     def __call__(self, cmd, **kw):
         assert kw["cwd"] == campaign.ROOT and kw["stderr"] == subprocess.STDOUT
         self.cmds.append(cmd)
+        if cmd[1:3] == ["-c", campaign.TRANSFER_EVAL]:
+            return self.Transfer(self, cmd)
         return (self.Train if cmd[1] == "train.py" else self.Eval)(self, cmd)
+
+    class Transfer:
+        """TRANSFER_EVAL: one poll, then eval.py's result as JSON (pass@1 0.3 in voting, 0.2 elsewhere) or exit 1
+        for a workflow in transfer_fails."""
+        def __init__(self, world, cmd):
+            assert not world.training and world.evals == 0, "a transfer beside training or an evaluation"
+            self.w, self.cmd, self.returncode = world, cmd, None
+
+        def wait(self):
+            w = self.cmd[self.cmd.index("--workflow") + 1]
+            self.returncode = int(w in self.w.transfer_fails)
+            if not self.returncode:
+                with open(self.cmd[3], "w") as f:
+                    json.dump({"pass@1": 0.3 if w == "voting" else 0.2, "pass@1_se": 0.01, "diagnostics": {"w": w}}, f)
+            return self.returncode
 
     def done(self, d):
         return {r["step"] for r in campaign.read_jsonl(os.path.join(d, "eval.jsonl"))}
@@ -166,7 +184,7 @@ class FakeProcesses:
                 (pathlib.Path(self.out) / "config.json").write_text(json.dumps(
                     {"workflow": "single", "policy": "ip", "seed": 0, "data": None,
                      "task": self.cmd[len(self.cmd) - self.cmd[::-1].index("--task")] if "--task" in self.cmd else "math",
-                     "steps": self.target, "save_every": self.every, "model_used": "tiny"}))
+                     "steps": self.target, "save_every": self.every, "model_used": "tiny", "max_new_tokens": 384}))
             elif self.tmp:
                 if self.w.evals == 0:
                     self.w.idle_with_tmp += 1
@@ -378,6 +396,29 @@ def test_grow_extends_the_recorded_runs_until_grow_to(tmp_path, fake, capsys):
     world = fake()
     assert campaign_main(tmp_path, "--grow", "2", "--until", "8", "--force", steps=10) == 0  # stopped: no growth
     assert len([c for c in world.cmds if "train.py" in c]) == 1 and ckpts(d)[-1] == 8
+
+
+def test_transfers_of_a_single_cell(tmp_path, fake, capsys):
+    """--transfer voting,evalopt: once a single cell is evaluated, its last adapter is evaluated in every role of each
+    workflow (eval.py --adapters step_N --transfer all, the held-out flags, the run's tokens per call) and the results
+    go into its record (transfers); one that fails is logged and left out; an extension evaluates its new last step."""
+    d = str(tmp_path / "runs" / "single-s0")
+    world = fake()
+    world.transfer_fails = ("evalopt",)
+    assert campaign_main(tmp_path, "--transfer", "voting,evalopt", steps=4) == 0
+    t = [c for c in world.cmds if c[1:3] == ["-c", campaign.TRANSFER_EVAL]]
+    assert [c[3:] for c in t] == [[os.path.join(d, f"transfer-{w}-step4.json"), "--model", "tiny", "--workflow", w,
+                                   "--transfer", "all", "--adapters", os.path.join(d, "step_000004"), "--task", "math",
+                                   "--max-new-tokens", "384", "--problems", "4", "--n", "1"] for w in ("voting", "evalopt")]
+    assert world.cmds.index(t[0]) > max(i for i, c in enumerate(world.cmds) if c[1] == "eval.py")  # after the evaluations
+    [r] = campaign.read_jsonl(tmp_path / "c.jsonl")
+    assert r["transfers"] == {"voting": {"step": 4, "pass@1": 0.3, "se": 0.01, "diagnostics": {"w": "voting"}}}
+    assert "the transfer into evalopt failed: the record goes without it" in open(tmp_path / "runs" / "logs" / "single-s0.log").read()
+    world = fake()
+    assert campaign_main(tmp_path, "--transfer", "voting", steps=6) == 0  # extended: its new last step
+    [r] = campaign.read_jsonl(tmp_path / "c.jsonl")
+    assert r["transfers"]["voting"]["step"] == 6 and len([c for c in world.cmds if c[2] == campaign.TRANSFER_EVAL]) == 1
+    assert campaign_main(tmp_path, "--transfer", "single") == "error: --transfer single: choose from voting,evalopt,orchworkers"
 
 
 def test_until_resumes_a_run_with_a_checkpoint(tmp_path, fake):
