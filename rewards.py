@@ -5,7 +5,9 @@ percent, ...), exactly as numbers, else as values by sympy in a timed helper pro
 lists. Status correct | wrong | no_answer (no or empty box) | error (sympy timeout, over 1000 characters, empty gold).
 Guaranteed (tests/test_rewards.py): an infinity equals only the same infinity; NaN, complex infinity and overflowing
 values equal nothing; finite values agree exactly (rationals) or to a relative 1e-9 at 50 digits (no absolute floor,
-so 10^{-400} is not 0); juxtaposed numbers ('9 9') are not a product; symbolic answers are compared at four exact
+so 10^{-400} is not 0); arithmetic on infinity (\\infty^0) equals no finite gold; juxtaposed numbers ('9 9', '9(9)')
+are not a product; 'A%' is A, or A/100 only against a gold that is no integer (never two integer golds); Python past
+the math subset (0x10, //, 5j, a second decimal point) is refused; symbolic answers are compared at four exact
 points, never by unbounded simplification; normalisation is linear (whitespace collapsed first, long answers refused).
 code_check: the last fenced block (```python first) must pass every test. Status pass | fail | timeout (wall clock,
 CPU limit or batch budget) | no_code | bad_problem (no tests, tests that assert nothing or do not parse, check() with
@@ -294,6 +296,11 @@ def _container(s: str) -> tuple[str, list[str]] | None:
     return (kind, items) if len(items) > 1 else None
 
 
+# refused in an answer's sympy source: juxtaposed numbers are no product ("9 9", "(9)9", "9(9)", "{9}{9}"), a second
+# decimal point ("1.000.000" would be 1.000 * .000; "512.0.n(1)" an attribute), and Python past the math subset:
+# 0x / 0b / 0o literals, //, 5j, names with digits (sympy's E1); the whitelist below does the rest
+_REFUSED = re.compile(r"(?<!\d)\.(?!\d)|[\d.]\s+[\d.]|\)\s*[\d.]|[\d.)]\s*\(\s*[\d.]+\s*\)|\.\d*\.|"
+                      r"(?<![\d.])(0[xXbBoO]|[a-zA-Z]\d)|//|\d[jJ]")  # (1e5 stays a number)
 _NAMES = {"pi": "pi", "infty": "oo", "cdot": "*", "times": "*", "div": "/", "sin": "sin", "cos": "cos",
           "tan": "tan", "log": "log", "ln": "log", "exp": "exp"}
 
@@ -336,8 +343,7 @@ def _to_sympy(s: str) -> str | None:
     except (ValueError, IndexError):
         return None
     words = set(re.findall(r"[a-zA-Z]{2,}", t)) - {"sqrt", "pi", "oo", "sin", "cos", "tan", "log", "exp"}
-    # juxtaposed numbers ("9 9", "(9)9") are not a product: refused, like other characters and unknown words
-    if words or not re.fullmatch(r"[0-9a-zA-Z+\-*/().\s]*", t) or re.search(r"(?<!\d)\.(?!\d)|[\d.]\s+[\d.]|\)\s*[\d.]", t):
+    if words or not re.fullmatch(r"[0-9a-zA-Z+\-*/().\s]*", t) or _REFUSED.search(t):  # other characters, words
         return None
     if "**" in t and (re.search(r"\*\*\s*(\(+[^)]*|[\w.]+\s*)\*\*", t) or re.search(r"\d{5,}", t)  # towers, huge
                       or len(re.findall(r"\*\*\W*\d{3}", t)) > 1):  # powers, powers of big powers
@@ -443,7 +449,7 @@ def _equal(p: str, g: str) -> bool:
             return True
         return all(_equal(a, b) for a, b in zip(cp[1], cg[1]))  # tuples and intervals: ordered, same brackets
     tp, tg = _to_sympy(p), _to_sympy(g)
-    if tp is None or tg is None:
+    if tp is None or tg is None or ("oo" in tp) != ("oo" in tg):  # \infty^0 is 1 to sympy, and no answer of 1
         return False
     np_, ng = _number(tp), _number(tg)
     if np_ is not None and ng is not None:
@@ -465,15 +471,14 @@ def math_check(completion: str, answer: str) -> tuple[float, str]:
     pred, gold = " ".join((last_boxed(completion) or "").split()), " ".join(gold_answer(answer).split())
     if not pred:
         return 0.0, "no_answer"
-    if len(pred) > MAX_ANSWER_CHARS or len(gold) > MAX_ANSWER_CHARS:
-        return 0.0, "error"  # too long to be an answer: never normalised, so no input can be slow
+    if len(pred) > MAX_ANSWER_CHARS or len(gold) > MAX_ANSWER_CHARS or not _normalize(gold)[0]:
+        return 0.0, "error"  # too long to be an answer (never normalised, so no input can be slow), or no gold
     (p, p_pct), (g, g_pct) = _normalize(pred), _normalize(gold)
-    if not g:
-        return 0.0, "error"
     p, g = _drop_words(p, g), _drop_words(g, p)
+    # "A%" is A, or A/100 when the gold is no integer (never both of two integers: "500%" for gold 5 and 500);
     with contextlib.suppress(_Undecided):  # undecided (sympy timed out, a power too large): "error" below
-        ok = _equal(p, g) or (p_pct and not g_pct and (n := _number(p)) is not None and _equal(str(n / 100), g))
-        return (1.0, "correct") if ok else (0.0, "wrong")
+        return (1.0, "correct") if _equal(p, g) or (p_pct and not g_pct and not re.fullmatch(r"[-+]?\d+", g) and (
+            n := _number(p)) is not None and _equal(str(n / 100), g)) else (0.0, "wrong")
     return 0.0, "error"
 
 

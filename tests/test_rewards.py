@@ -118,12 +118,20 @@ GAMED = [  # (completion, gold): none of these is equal to its gold
     # on one line (y - x constant); powers of big powers were slow
     ("\\boxed{81 or more}", "81"), ("\\boxed{81 (or more)}", "81"), ("\\boxed{81 or eighty-two}", "81"),
     ("\\boxed{0.53}", "b-a"), ("\\boxed{y-0.53}", "x"), ("\\boxed{2y-x}", "x+1.06"), ("\\boxed{(7^{9999})^{9999}}", "81"),
+    # the twenty-ninth review (math): "A%" counted for two integer golds, A and A/100, on every GSM8K problem; numbers
+    # side by side or with two decimal points multiplied; Python's syntax past the math subset; infinity's arithmetic
+    ("\\boxed{500\\%}", "5"), ("\\boxed{100\\%}", "1"), ("\\boxed{1.000.000}", "0"), ("\\boxed{10.0.5}", "5"),
+    ("\\boxed{9 (9)}", "81"), ("\\boxed{9(9)}", "81"), ("\\boxed{{9}{9}}", "81"), ("\\boxed{512.0.n(1)}", "500"),
+    ("\\boxed{0x10}", "16"), ("\\boxed{0b11}", "3"), ("\\boxed{7//2}", "3"), ("\\boxed{5j*0+5}", "5"),
+    ("\\boxed{E1(1+1)*0}", "0"), ("\\boxed{\\infty^0}", "1"), ("\\boxed{\\frac{1}{\\infty}}", "0"), ("\\boxed{0^{\\infty}}", "0"),
 ]
 FIXED = [  # (completion, gold): equal, and scored 0 before
     ("\\boxed{4210_5}", "4210_{5}"), ("\\boxed{\u22125}", "-5"), ("\\boxed{9}", "9 (apples)"), ("\\boxed{9 (apples)}", "9"),
     ("\\boxed{\\begin{pmatrix} 1 & 2 \\\\ 3 & 4 \\end{pmatrix}}", "\\begin{pmatrix}1&2\\\\3&4\\end{pmatrix}"),
     ("\\boxed{\\infty}", "\\infty"), ("\\boxed{+\\infty}", "oo"), ("\\boxed{-oo}", "-\\infty"), ("\\boxed{10^{400}}", "1e400"),
     ("\\boxed{(-\\infty, 3]}", "(-oo, 3]"), ("\\boxed{6 \u00d7 7}", "42"), ("\\boxed{\\exp(710)}", "\\exp(710)"),
+    ("\\boxed{500\\%}", "500"), ("\\boxed{50\\%}", "0.5"), ("\\boxed{1e5}", "100000"), ("\\boxed{2(x+1)}", "2x+2"),
+    ("\\boxed{(a+b)(a-b)}", "a^2-b^2"), ("\\boxed{2\\frac{1}{2}}", "2.5"),  # still right after the review's fixes
 ]
 
 
