@@ -210,9 +210,9 @@ MUTANTS = [
      "max(abs(va), abs(vb))", "max(abs(va), abs(vb), 1)", REWARDS_GAMED),
     ("rational-difference-within-tolerance", "rewards.py", "_sympy_worker",
      "if d == 0 or d.is_Rational:", "if d == 0:", REWARDS_GAMED),
-    ("juxtaposed-numbers-multiply", "rewards.py", "_to_sympy", r"|[\d.]\s+[\d.]|\)\s*[\d.]", "", REWARDS_GAMED),
+    ("juxtaposed-numbers-multiply", "rewards.py", "_to_sympy", " or _REFUSED.search(t)", "", REWARDS_GAMED),
     ("no-answer-length-cap", "rewards.py", "math_check",
-     "if len(pred) > MAX_ANSWER_CHARS or len(gold) > MAX_ANSWER_CHARS:", "if False:", REWARDS_GAMED),
+     "if len(pred) > MAX_ANSWER_CHARS or len(gold) > MAX_ANSWER_CHARS or ", "if ", REWARDS_GAMED),
     # the judge process: the tests see only plain values it decoded, handles, the real builtins, the setup's helpers
     ("handles-compare-equal", "rewards.py", "_judge_main", 'raise TypeError("a value of the program\'s own class")',
      "return True", REWARDS_SANDBOX),
