@@ -474,7 +474,7 @@ def math_check(completion: str, answer: str) -> tuple[float, str]:
     if len(pred) > MAX_ANSWER_CHARS or len(gold) > MAX_ANSWER_CHARS or not _normalize(gold)[0]:
         return 0.0, "error"  # too long to be an answer (never normalised, so no input can be slow), or no gold
     (p, p_pct), (g, g_pct) = _normalize(pred), _normalize(gold)
-    p, g = _drop_words(p, g), _drop_words(g, p)
+    p, g = (_normalize(_drop_words(a, b))[0] for a, b in ((p, g), (g, p)))  # "1,000 apples" -> 1,000 -> 1000
     # "A%" is A, or A/100 when the gold is no integer (never both of two integers: "500%" for gold 5 and 500);
     with contextlib.suppress(_Undecided):  # undecided (sympy timed out, a power too large): "error" below
         return (1.0, "correct") if _equal(p, g) or (p_pct and not g_pct and not re.fullmatch(r"[-+]?\d+", g) and (

@@ -132,6 +132,7 @@ FIXED = [  # (completion, gold): equal, and scored 0 before
     ("\\boxed{(-\\infty, 3]}", "(-oo, 3]"), ("\\boxed{6 \u00d7 7}", "42"), ("\\boxed{\\exp(710)}", "\\exp(710)"),
     ("\\boxed{500\\%}", "500"), ("\\boxed{50\\%}", "0.5"), ("\\boxed{1e5}", "100000"), ("\\boxed{2(x+1)}", "2x+2"),
     ("\\boxed{(a+b)(a-b)}", "a^2-b^2"), ("\\boxed{2\\frac{1}{2}}", "2.5"),  # still right after the review's fixes
+    ("\\boxed{1,000 \\text{ apples}}", "1000"), ("\\boxed{12,500 people}", "12500"),  # the review's false negative
 ]
 
 
