@@ -507,7 +507,9 @@ def answer_monitor(episodes, task):
     equal to the most common one, "answer_top": that answer, its first 80 characters}, {role: share of its
     rewarded answer turns that are degenerate, None without any}); answer turns are those of MONITORED_ROLES (an
     evaluator, aggregator or orchestrator turn answers nothing); rewarded: in an episode of outcome 1 and not
-    graded wrong itself (Turn.correct: a wrong voter beside the right one picked is no hole in the reward)."""
+    graded wrong itself (Turn.correct: a wrong voter beside the right one picked is no hole in the reward). So it shows
+    degenerate answers the grader accepted; one trained through the shared outcome (Turn.reward 1) while graded wrong
+    is not counted."""
     # a final text without an answer (no \boxed{}, no code block) is not counted
     keys = Counter(k for ep in episodes if ep.final is not None and (k := rewards.final_answer(ep.final, task)) is not None)
     top, n = keys.most_common(1)[0] if keys else (None, 0)

@@ -422,7 +422,10 @@ def locked_job(job, gpu, args, lock):
         job["eval_wall_s"] = round(time.time() - t0)  # after training: the wait for a running one included
         last = max(checkpoint_steps(d), default=0)
         for w in [w for w in args.transfer if job["config"] == "single" and not args.until]:
-            if not os.path.exists(out := transfer_file(d, w, last)):  # C2: the last adapter in every role of w
+            if not args.eval_data and job["seed"]:  # eval.py's built-in held-out problems follow the run's seed
+                log.write(f"campaign: no transfer into {w}: the built-in held-out problems of seed {job['seed']} are "
+                          "not eval.py --adapters' (seed 0); give --eval-data\n")
+            elif not os.path.exists(out := transfer_file(d, w, last)):  # C2: the last adapter in every role of w
                 job["phase"] = f"transfer into {w}"
                 with open(os.path.join(d, "config.json")) as f:
                     tokens = str(json.load(f)["max_new_tokens"])
@@ -551,7 +554,8 @@ def table(results):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                allow_abbrev=False)  # --grow drops --force by its full name
     p.add_argument("runs_to_do", nargs="*", metavar="NAME", help="CONFIG-sSEED, e.g. single-s0 voting-ip-merged-s1")
     p.add_argument("--gpus", default="0", help="comma list of GPU indices, or cpu")
     p.add_argument("--per-gpu", type=int, default=1, help="runs at once on each GPU")
@@ -574,7 +578,8 @@ def main(argv=None):
     p.add_argument("--transfer", type=lambda v: [w for w in v.split(",") if w], default=[], metavar="W[,W]",
                    help="a single cell's last adapter also evaluated in every role of these workflows (voting, "
                    "evalopt, orchworkers; eval.py --transfer all, the same held-out problems), into its record (C2)")
-    p.add_argument("--grow", type=int, default=0, metavar="STEPS", help="once the runs are recorded, extend them "
+    p.add_argument("--grow", type=int, default=0, metavar="STEPS", help="once the runs are recorded (or from "
+                   "their record), extend them "
                    "by STEPS more at a time (as --extra \"--steps N\"), each time recorded, until --grow-to: the "
                    "rest of a GPU lease used with no call in between")
     p.add_argument("--grow-to", type=int, default=300, metavar="STEPS")
@@ -616,6 +621,8 @@ def main(argv=None):
         flags = GRID + task_flags + CONFIGS[config] + args.extra_flags
         steps, warmup = (int(flags[len(flags) - flags[::-1].index(f)]) for f in ("--steps", "--warmup"))  # the last wins
         old = None if args.force else done.get((config, seed, args.model_name, args.task))
+        if old and args.grow and steps <= old.get("steps", 0) and old["steps"] + args.grow <= args.grow_to:
+            steps = old["steps"] + args.grow  # --grow on a recorded cell: from its recorded steps
         if old:  # recorded: skipped, unless more steps are asked for (then as --until's second call: resumed)
             if steps <= old.get("steps", steps):  # a record without its steps (by hand): as many
                 print(f"{name}: already in {args.results} ({args.model_name}, {args.task}), skipped (--force reruns "

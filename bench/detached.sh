@@ -54,7 +54,7 @@ poll)
         [ -n "${OUT:-}" ] && [ -f "$results" ] || return 1
         cp "$results" "$OUT/campaign.tmp" && mv "$OUT/campaign.tmp" "$OUT/campaign.jsonl"
         (cd "$R" && find runs -maxdepth 2 -type f \( -name '*.json' -o -name '*.jsonl' -o -name samples.txt \) -print0 |
-            tar czf "$OUT/runs.tmp" --null -T - logs) && mv "$OUT/runs.tmp" "$OUT/runs.tgz"
+            tar czf "$OUT/runs.tmp" --null -T - logs; [ $? -le 1 ]) && mv "$OUT/runs.tmp" "$OUT/runs.tgz"  # 1: a file grew
     }
     until grep -q "campaign rc=" "$R/logs/progress" 2> /dev/null || [ $SECONDS -ge "$end" ]; do
         cmp -s "$results" "${OUT:-/nonexistent}/campaign.jsonl" 2> /dev/null || bring

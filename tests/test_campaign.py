@@ -380,7 +380,8 @@ def test_more_steps_extend_a_recorded_run(tmp_path, fake, capsys):
 
 def test_grow_extends_the_recorded_runs_until_grow_to(tmp_path, fake, capsys):
     """--grow 2 --grow-to 9: a run recorded at 4 steps is extended to 6, then 8 (each time resumed from its last
-    checkpoint and its record replaced), and not to 10; a failed or stopped run is not grown."""
+    checkpoint and its record replaced), and not to 10; later --grow on the recorded run starts from its record;
+    a stopped run is not grown."""
     d = str(tmp_path / "runs" / "single-s0")
     world = fake()
     assert campaign_main(tmp_path, "--grow", "2", "--grow-to", "9", steps=4) == 0
@@ -390,6 +391,13 @@ def test_grow_extends_the_recorded_runs_until_grow_to(tmp_path, fake, capsys):
     [r] = campaign.read_jsonl(tmp_path / "c.jsonl")
     assert r["steps"] == 8 and r["extended_from"] == 6 and [p["step"] for p in r["curve"]] == [0, 2, 4, 6, 8]
     assert "extending to 8 steps" in capsys.readouterr().out
+    world = fake()
+    assert campaign_main(tmp_path, "--grow", "2", "--grow-to", "10", steps=4) == 0  # recorded at 8: from there, to 10
+    assert [c[-4:] for c in world.cmds if "train.py" in c] == [[d, "--resume", "--steps", "10"]] and \
+        campaign.read_jsonl(tmp_path / "c.jsonl")[0]["steps"] == 10
+    assert campaign_main(tmp_path, "--grow", "2", "--grow-to", "10", steps=4) == 0  # at --grow-to: nothing to do
+    with pytest.raises(SystemExit):  # no abbreviations: --grow drops --force by its full name
+        campaign.main(["single-s0", "--forc", "--grow", "2"])
     world = fake()
     assert campaign_main(tmp_path, "--force", "--grow", "2", "--grow-to", "7", steps=4) == 0  # --force: the first time only
     assert ["--resume" in c for c in world.cmds if "train.py" in c] == [False, True]
@@ -419,6 +427,15 @@ def test_transfers_of_a_single_cell(tmp_path, fake, capsys):
     [r] = campaign.read_jsonl(tmp_path / "c.jsonl")
     assert r["transfers"]["voting"]["step"] == 6 and len([c for c in world.cmds if c[2] == campaign.TRANSFER_EVAL]) == 1
     assert campaign_main(tmp_path, "--transfer", "single") == "error: --transfer single: choose from voting,evalopt,orchworkers"
+    world = fake()
+    with pytest.raises(SystemExit):  # seed 1 on the built-in held-out problems: eval.py --adapters would take seed 0's
+        campaign.main(["single-s1", "--gpus", "cpu", "--model", "tiny", "--model-name", campaign.DEFAULT_MODEL,
+                       "--train-data", "", "--eval-data", "", "--eval-problems", "4", "--eval-n", "1", "--eval-every", "2",
+                       "--status-every", "0.05", "--extra", "--steps 2 --problems 2", "--runs", str(tmp_path / "runs"),
+                       "--results", str(tmp_path / "c.jsonl"), "--transfer", "voting"])
+    assert not [c for c in world.cmds if c[2] == campaign.TRANSFER_EVAL]
+    assert "no transfer into voting: the built-in held-out problems of seed 1" in open(
+        tmp_path / "runs" / "logs" / "single-s1.log").read()
 
 
 def test_until_resumes_a_run_with_a_checkpoint(tmp_path, fake):
