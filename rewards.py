@@ -475,11 +475,10 @@ def math_check(completion: str, answer: str) -> tuple[float, str]:
         return 0.0, "error"  # too long to be an answer (never normalised, so no input can be slow), or no gold
     (p, p_pct), (g, g_pct) = _normalize(pred), _normalize(gold)
     p, g = (_normalize(_drop_words(a, b))[0] for a, b in ((p, g), (g, p)))  # "1,000 apples" -> 1,000 -> 1000
-    # "A%" is A, or A/100 when the gold is no integer (never both of two integers: "500%" for gold 5 and 500; an A
-    # that is no number is 0 here, which no gold that is no integer equals);
+    # "A%" is A, or (a number A) A/100 when the gold is no integer: never both of two integers ("500%" for 5 and 500)
     with contextlib.suppress(_Undecided):  # undecided (sympy timed out, a power too large): "error" below
-        return (1.0, "correct") if _equal(p, g) or (p_pct and not g_pct and getattr(_number(g), "denominator", 0) != 1
-                                                    and _equal(str((_number(p) or 0) / 100), g)) else (0.0, "wrong")
+        n = _number(p) if p_pct and not g_pct and getattr(_number(g), "denominator", 0) != 1 else None
+        return (1.0, "correct") if _equal(p, g) or (n is not None and _equal(str(n / 100), g)) else (0.0, "wrong")
     return 0.0, "error"
 
 
