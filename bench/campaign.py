@@ -421,14 +421,14 @@ def locked_job(job, gpu, args, lock):
             return
         job["eval_wall_s"] = round(time.time() - t0)  # after training: the wait for a running one included
         last = max(checkpoint_steps(d), default=0)
+        with open(os.path.join(d, "config.json")) as f:
+            tokens = str(json.load(f)["max_new_tokens"])  # the run's tokens per call, for its transfers
         for w in [w for w in args.transfer if job["config"] == "single" and not args.until]:
             if not args.eval_data and job["seed"]:  # eval.py's built-in held-out problems follow the run's seed
                 log.write(f"campaign: no transfer into {w}: the built-in held-out problems of seed {job['seed']} are "
                           "not eval.py --adapters' (seed 0); give --eval-data\n")
             elif not os.path.exists(out := transfer_file(d, w, last)):  # C2: the last adapter in every role of w
                 job["phase"] = f"transfer into {w}"
-                with open(os.path.join(d, "config.json")) as f:
-                    tokens = str(json.load(f)["max_new_tokens"])
                 if start([py, "-c", TRANSFER_EVAL, out, "--model", args.model, "--workflow", w, "--transfer", "all",
                           "--adapters", os.path.join(d, f"step_{last:06d}"), "--task", args.task,
                           "--max-new-tokens", tokens, *flags], env, log).wait():
@@ -691,8 +691,8 @@ def main(argv=None):
     print(f"campaign: {len(jobs) - len(failed) - len(stopped)} of {len(jobs)} run(s) finished -> {args.results}"
           + (f"; stopped (--until): {', '.join(stopped)}" if stopped else "")
           + (f"; failed: {', '.join(failed)}" if failed else ""))
-    if args.grow > 0 and jobs and not failed and not stopped and max(j["steps"] for j in jobs) + args.grow <= args.grow_to:
-        more = max(j["steps"] for j in jobs) + args.grow  # the runs just recorded, extended (the last --extra wins)
+    if args.grow > 0 and jobs and not failed and not stopped and \
+            (more := max(j["steps"] for j in jobs) + args.grow) <= args.grow_to:  # the runs just recorded, extended
         print(f"campaign: --grow {args.grow}: extending to {more} steps", flush=True)
         return main([a for a in (sys.argv[1:] if argv is None else argv) if a != "--force"] +  # once, not per growth
                     ["--extra", f"{args.extra} --steps {more}"])

@@ -254,10 +254,10 @@ def fake(monkeypatch):
     return make
 
 
-def campaign_main(tmp_path, *flags, steps=6):
-    """bench/campaign.py single-s0 on the tiny settings -> its exit status."""
+def campaign_main(tmp_path, *flags, steps=6, name="single-s0"):
+    """bench/campaign.py NAME on the tiny settings -> its exit status."""
     with pytest.raises(SystemExit) as e:
-        campaign.main(["single-s0", "--gpus", "cpu", "--model", "tiny", "--model-name", campaign.DEFAULT_MODEL,
+        campaign.main([name, "--gpus", "cpu", "--model", "tiny", "--model-name", campaign.DEFAULT_MODEL,
                        "--train-data", "", "--eval-data", "",
                        "--eval-problems", "4", "--eval-n", "1", "--eval-every", "2", "--status-every", "0.05",
                        "--extra", f"--steps {steps} --problems 2", "--runs", str(tmp_path / "runs"),
@@ -427,12 +427,8 @@ def test_transfers_of_a_single_cell(tmp_path, fake, capsys):
     [r] = campaign.read_jsonl(tmp_path / "c.jsonl")
     assert r["transfers"]["voting"]["step"] == 6 and len([c for c in world.cmds if c[2] == campaign.TRANSFER_EVAL]) == 1
     assert campaign_main(tmp_path, "--transfer", "single") == "error: --transfer single: choose from voting,evalopt,orchworkers"
-    world = fake()
-    with pytest.raises(SystemExit):  # seed 1 on the built-in held-out problems: eval.py --adapters would take seed 0's
-        campaign.main(["single-s1", "--gpus", "cpu", "--model", "tiny", "--model-name", campaign.DEFAULT_MODEL,
-                       "--train-data", "", "--eval-data", "", "--eval-problems", "4", "--eval-n", "1", "--eval-every", "2",
-                       "--status-every", "0.05", "--extra", "--steps 2 --problems 2", "--runs", str(tmp_path / "runs"),
-                       "--results", str(tmp_path / "c.jsonl"), "--transfer", "voting"])
+    world = fake()  # seed 1 on the built-in held-out problems: eval.py --adapters would take seed 0's
+    assert campaign_main(tmp_path, "--transfer", "voting", steps=2, name="single-s1") == 0
     assert not [c for c in world.cmds if c[2] == campaign.TRANSFER_EVAL]
     assert "no transfer into voting: the built-in held-out problems of seed 1" in open(
         tmp_path / "runs" / "logs" / "single-s1.log").read()
