@@ -100,6 +100,8 @@ CONFIGS = {  # name -> train.py flags on top of GRID
     "evalopt-ip-i6j": ["--workflow", "evalopt", "--policy", "ip", "--coherence", "evaluator=0.5"],
     "voting-ip-i1": ["--workflow", "voting", "--policy", "ip", "--parallel-steps", "per-instance",
                      "--kl", "aggregator=0.05"],
+    "voting-ip-i6j": ["--workflow", "voting", "--policy", "ip", "--parallel-steps", "per-instance",
+                      "--coherence", "aggregator=0.5"],  # I6 on Voting's judge: one lease, where Eval-Opt needs 2-3
 }
 CLAIMS = {  # claim -> the configs its figure shows (C1: every run)
     "C1": list(CONFIGS),
@@ -108,7 +110,7 @@ CLAIMS = {  # claim -> the configs its figure shows (C1: every run)
     "C4": ["evalopt-ip", "evalopt-sp", "evalopt-sp-rb", "voting-ip", "voting-sp", "voting-sp-rb"],
     "C5": ["voting-ip", "voting-ip-merged", "orchworkers-ip", "orchworkers-ip-merged"],
     "I6": ["voting-ip", "voting-ip-i6", "orchworkers-ip", "orchworkers-ip-i6"],
-    "judges": ["evalopt-ip", "evalopt-ip-i1", "evalopt-ip-i6j", "voting-ip", "voting-ip-i1"],
+    "judges": ["evalopt-ip", "evalopt-ip-i1", "evalopt-ip-i6j", "voting-ip", "voting-ip-i1", "voting-ip-i6j"],
 }
 SKIP = {"out", "resume", "device", "model", "model_used", "data", "eval_data", "eval_every", "eval_problems"}
 
