@@ -183,6 +183,8 @@ MUTANTS = [
     ("voting-final-is-first-candidate", "workflows.py", "_voting",
      "eps[i].final = candidates[i][choice - 1]", "eps[i].final = candidates[i][0]", WORKFLOWS),
     ("voters-share-one-instance", "workflows.py", "_voting", 'f"generator{k}"', '"generator"', WORKFLOWS),
+    ("choice-reads-any-digit-run", "workflows.py", "parse_choice", r'"(?<!\d)\d{1,9}(?!\d)"', r'"(?<!\d)\d+(?!\d)"',
+     ids("test_workflows.py", "test_parse_choice")),
     ("unparseable-verdict-counted-as-approval", "workflows.py", "_verdicts",
      '("approved_" if verdict == "Correct" else "rejected_")', '("approved_" if verdict != "Incorrect" else "rejected_")',
      WORKFLOWS + EVAL),

@@ -82,6 +82,9 @@ def test_parse_choice():
     assert parse_choice("\\boxed{7} I prefer solution 2", 3) == (2, "digit")  # boxed out of range
     assert parse_choice("Answer 10 is off; the third one, 3, is best", 3) == (3, "digit")
     assert parse_choice("I cannot decide.", 3) == (1, "default")
+    long = "1" * 5000  # int() of it raises ValueError: a degenerate digit loop must not end the run
+    assert parse_choice(long, 3) == parse_choice(f"\\boxed{{{long}}}", 3) == (1, "default")
+    assert parse_choice(f"{long} solution 2 \\boxed{{{long}}}", 3) == (2, "digit")
     assert parse_choice("\\boxed{5}", 5) == (5, "boxed")
 
 
