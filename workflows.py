@@ -127,10 +127,8 @@ def parse_strategies(text, max_strategies=3):
     else numbered or bulleted list items ('list'); else lines of 3+ words that do not end with ':'
     (a heading like 'Here are the strategies:' is not a strategy) ('lines'); else the whole text."""
     lines = [l.strip() for l in text.splitlines() if len(l.split()) >= 3 and not l.strip().endswith(":")]
-    for how, found in (("tagged", _STRATEGY.findall(text)), ("list", _LIST_ITEM.findall(text)), ("lines", lines)):
-        if found:
-            return found[:max_strategies], how
-    return [text.strip()], "whole"
+    return next(((found[:max_strategies], how) for how, found in (("tagged", _STRATEGY.findall(text)),
+                ("list", _LIST_ITEM.findall(text)), ("lines", lines)) if found), ([text.strip()], "whole"))
 
 
 # ----------------------------------------------------------------------------- records
@@ -510,12 +508,17 @@ def answer_monitor(episodes, task):
     evaluator, aggregator or orchestrator turn answers nothing); rewarded: in an episode of outcome 1 and not
     graded wrong itself (Turn.correct: a wrong voter beside the right one picked is no hole in the reward). So it shows
     degenerate answers the grader accepted; one trained through the shared outcome (Turn.reward 1) while graded wrong
-    is not counted."""
+    is not counted. hint_answers: the share of evaluator and orchestrator turns (roles told not to solve, whose text
+    a solver reads next) that hold an answer of their own (rewards.final_answer: a \\boxed{} other than a verdict, a
+    code block): a judge or planner handing the solver its answer, which the outcome reward pays for too, and which
+    makes a retry's or a worker's success the reviewer's (None in workflows without those roles)."""
     # a final text without an answer (no \boxed{}, no code block) is not counted
     keys = Counter(k for ep in episodes if ep.final is not None and (k := rewards.final_answer(ep.final, task)) is not None)
     top, n = keys.most_common(1)[0] if keys else (None, 0)
     rewarded = {t.role: [] for ep in episodes for t in ep.turns if t.role in MONITORED_ROLES}
     for t in (t for ep in episodes if ep.correct for t in ep.turns if t.role in rewarded and t.correct is not False):
         rewarded[t.role].append(rewards.degenerate(t.text, task))
-    return ({"answer_top_share": n / keys.total() if keys else None, "answer_top": top and top[:80]},
-            {role: sum(d) / len(d) if d else None for role, d in rewarded.items()})
+    hints = [rewards.final_answer(_VERDICT.sub("", t.text), task) is not None  # a verdict is no answer
+             for ep in episodes for t in ep.turns if t.role in ("evaluator", "orchestrator")]
+    return ({"answer_top_share": n / keys.total() if keys else None, "answer_top": top and top[:80],
+             "hint_answers": mean(hints)}, {role: sum(d) / len(d) if d else None for role, d in rewarded.items()})

@@ -429,7 +429,7 @@ def test_answer_monitor_by_value():
            _ep([("generator", none)], 0), _ep([], 0, final=None)]
     monitor, degenerate = workflows.answer_monitor(eps, "math")
     key = workflows.rewards.final_answer(inf, "math")
-    assert monitor == {"answer_top_share": 2 / 3, "answer_top": key}
+    assert monitor == {"answer_top_share": 2 / 3, "answer_top": key, "hint_answers": None}
     assert key != workflows.rewards.final_answer(five, "math")
     assert degenerate == {"generator": 1 / 2}  # of the 2 rewarded generator turns, the infinity
     # Orch-Workers: the orchestrator's text is no answer (never counted); the synthesizer's final one is
@@ -438,7 +438,22 @@ def test_answer_monitor_by_value():
     monitor, degenerate = workflows.answer_monitor(eps, "math")
     assert monitor["answer_top_share"] == 1 / 2 and degenerate == {"worker": 0.0, "synthesizer": 1.0}
     assert workflows.answer_monitor([_ep([("generator", five)], 0)], "math")[1] == {"generator": None}
-    assert workflows.answer_monitor([], "math") == ({"answer_top_share": None, "answer_top": None}, {})
+    assert workflows.answer_monitor([], "math") == ({"answer_top_share": None, "answer_top": None,
+                                                      "hint_answers": None}, {})
+
+
+def test_answer_monitor_hint_answers():
+    """A review or a plan holding an answer of its own (a helper's reproducer: the evaluator writes the right
+    answer beside its verdict, the retry copies it, reward 1) is counted; a verdict alone, an empty box and
+    the solving roles' answers are not."""
+    review = r"The total is 3 \times 6 = \boxed{18} dollars. \boxed{Incorrect}"
+    eps = [_ep([("generator", r"\boxed{0}"), ("evaluator", review), ("generator", r"\boxed{18}")], 1),
+           _ep([("generator", r"\boxed{18}"), ("evaluator", r"\boxed{\text{Correct}}")], 1),
+           _ep([("orchestrator", "STRATEGY 1: add them, then give the answer in \\boxed{}"), ("worker", "x")], 0)]
+    assert workflows.answer_monitor(eps, "math")[0]["hint_answers"] == 1 / 3
+    code = [_ep([("generator", SUB), ("evaluator", "Use this:\n" + ADD + "\n\\boxed{Incorrect}")], 0),
+            _ep([("orchestrator", "STRATEGY 1: loop over the list"), ("worker", ADD)], 1)]
+    assert workflows.answer_monitor(code, "code")[0]["hint_answers"] == 1 / 2
 
 
 def test_answer_monitor_code_and_long_answers():
@@ -446,7 +461,7 @@ def test_answer_monitor_code_and_long_answers():
          "def add(a, b):\n    return Yes()\n```"
     monitor, degenerate = workflows.answer_monitor([_ep([("generator", eq)], 1), _ep([("generator", ADD)], 1),
                                                     _ep([("generator", ADD)], 0)], "code")
-    assert monitor == {"answer_top_share": 2 / 3, "answer_top": ADD.split("\n", 1)[1].rsplit("```", 1)[0].strip()}
+    assert monitor == {"hint_answers": None, "answer_top_share": 2 / 3, "answer_top": ADD.split("\n", 1)[1].rsplit("```", 1)[0].strip()}
     assert degenerate == {"generator": 1 / 2}
     long = "\\boxed{" + "1" * 200 + "}"
     assert len(workflows.answer_monitor([_ep([("generator", long)], 0)], "math")[0]["answer_top"]) == 80
