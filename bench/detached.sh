@@ -5,7 +5,8 @@
 #
 #   setsid nohup bash bench/detached.sh start CELL... [campaign flags] > /root/detached.log 2>&1 < /dev/null &
 #   bash bench/detached.sh poll [SECONDS]    wait until the campaign has ended (at most SECONDS, default 240), print
-#                                            its status; whenever its records change, and at its end, copy
+#                                            its status; at its start, whenever the records or a run's
+#                                            eval.jsonl change, and at the campaign's end, copy
 #                                            docs/results/campaign.jsonl and a tar of the logs and the run folders'
 #                                            small files (no checkpoints) to $OUT: a call cut off by the lease's end
 #                                            still brings back the latest record
@@ -56,8 +57,10 @@ poll)
         (cd "$R" && find runs -maxdepth 2 -type f \( -name '*.json' -o -name '*.jsonl' -o -name samples.txt \) -print0 |
             tar czf "$OUT/runs.tmp" --null -T - logs; [ $? -le 1 ]) && mv "$OUT/runs.tmp" "$OUT/runs.tgz"  # 1: a file grew
     }
+    last=  # what was brought: the records and every run's evaluations (a run cut off by the lease keeps its curve)
     until grep -q "campaign rc=" "$R/logs/progress" 2> /dev/null || [ $SECONDS -ge "$end" ]; do
-        cmp -s "$results" "${OUT:-/nonexistent}/campaign.jsonl" 2> /dev/null || bring
+        now=$(cat "$results" "$R"/runs/*/eval.jsonl 2> /dev/null | cksum)
+        [ "$now" = "$last" ] || { bring && last=$now; }
         sleep 2
     done
     cat "$R/logs/progress" 2> /dev/null

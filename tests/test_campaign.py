@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import time
 import types
 
@@ -918,6 +919,39 @@ def test_detached_start_twice_in_one_lease(tmp_path):
     refused = sh("start", "z-s0")
     assert refused.returncode == 1 and refused.stderr.startswith("error: a campaign started here is still running")
     assert (root / "proj" / "docs" / "results" / "campaign.jsonl").read_text() == '{"name": "b"}\n{"name": "x-s0"}\n'
+
+
+def test_detached_poll_brings_a_new_evaluation_back(tmp_path):
+    """A run the lease cuts off writes no record, but its evaluations so far are its curve: poll copies the small
+    files again whenever a run's eval.jsonl changes. python is a stub that evaluates twice, waiting between."""
+    checkout, root, out, stub = (tmp_path / n for n in ("checkout", "root", "out", "stub"))
+    for d in (checkout / "bench", checkout / "docs" / "results", out, stub):
+        d.mkdir(parents=True)
+    shutil.copy(os.path.join(campaign.ROOT, "bench", "detached.sh"), checkout / "bench")
+    (checkout / "docs" / "results" / "campaign.jsonl").write_text('{"name": "a"}\n')
+    ev = root / "runs" / "x-s0" / "eval.jsonl"
+    (stub / "python").write_text(f'#!/bin/sh\n[ "$1" = -m ] && exit 0\nmkdir -p {ev.parent}\necho 0 > {ev}\n'
+                                 f'until [ -e {tmp_path}/go ]; do sleep 0.1; done\nsleep 1; echo 20 >> {ev}\n'
+                                 f'until [ -e {tmp_path}/release ]; do sleep 0.1; done\n')
+    (stub / "python").chmod(0o755)
+    env = {**os.environ, "DETACHED_ROOT": str(root), "OUT": str(out), "PATH": f"{stub}:{os.environ['PATH']}"}
+    start = subprocess.Popen(["bash", "bench/detached.sh", "start", "x-s0"], cwd=checkout, env=env)
+    try:
+        for _ in range(200):
+            if ev.exists():
+                break
+            time.sleep(0.1)
+        poll = subprocess.Popen(["bash", "bench/detached.sh", "poll", "5"], cwd=checkout, env=env,
+                                stdout=subprocess.DEVNULL)
+        time.sleep(0.5)
+        (tmp_path / "go").touch()
+        poll.wait(timeout=30)
+        with tarfile.open(out / "runs.tgz") as tar:
+            assert tar.extractfile("runs/x-s0/eval.jsonl").read() == b"0\n20\n"
+    finally:
+        (tmp_path / "go").touch()
+        (tmp_path / "release").touch()
+        start.wait(timeout=30)
 
 
 def test_detached_poll_brings_records_back_before_the_end(tmp_path):
