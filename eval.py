@@ -74,7 +74,8 @@ def load_adapters(model, path, workflow, transfer=None):
 
 def evaluate(model, tok, problems, workflow, adapters, task, n=4, temperature=0.7, greedy=False,
              max_new_tokens=512, top_p=1.0, max_prompt_tokens=3072, rounds=None, voters=3, ks=(), seed=0, chunk=32):
-    """pass@1 over n samples per problem ± its standard error over problems, pass@k for k in ks, greedy
+    """pass@1 over n samples per problem ± its standard error over problems, right (each problem's count of right
+    samples, in order: two checkpoints evaluated on the same problems compare paired), pass@k for k in ks, greedy
     accuracy (one temperature-0 episode per problem) if asked, and diagnostics() of the sampled episodes.
     `chunk` problems run in lock-step at a time (memory)."""
     device, P = next(model.parameters()).device, len(problems)
@@ -88,7 +89,7 @@ def evaluate(model, tok, problems, workflow, adapters, task, n=4, temperature=0.
     episodes = rollouts(n, temperature)
     right = np.array([ep.correct for ep in episodes]).reshape(P, n).sum(1)  # (P,)
     # status: no_box, timeout, ...: counted, not hidden
-    return {"problems": P, "n": n, "pass@1": float(np.mean(right / n)),
+    return {"problems": P, "n": n, "pass@1": float(np.mean(right / n)), "right": right.tolist(),  # per problem
             "pass@1_se": float(np.std(right / n, ddof=1) / math.sqrt(P)) if P > 1 else 0.0,
             "pass@k": {str(k): float(np.mean([pass_at_k(n, int(c), k) for c in right])) for k in ks},
             "greedy": float(np.mean([ep.correct for ep in rollouts(1, 0.0)])) if greedy else None,

@@ -12,6 +12,7 @@ evaluate every checkpoint, append one JSON record per finished run to docs/resul
     python bench/campaign.py single-s0 --model /root/mdl15/hf --model-name Qwen2.5-Coder-1.5B-Instruct
     python bench/campaign.py --plot                                        # one PNG per claim from the file
     python bench/campaign.py --table                                       # the grid table(s), Markdown
+    python bench/campaign.py --compare voting-ip-s0 voting-ip-merged-s0    # two cells step by step, A - B +- se
     python bench/campaign.py --list                                        # the configurations and the grid
 
 A run name is CONFIG-sSEED (CONFIG from CONFIGS below). `--task code` (issue 17) adds `--task code
@@ -168,6 +169,23 @@ def gpu_name(gpu):
     return "cpu" if gpu == "cpu" else sh("nvidia-smi", "--query-gpu=name", "--format=csv,noheader", "-i", gpu) or "unknown"
 
 
+def point(step, r):
+    """A curve point from an eval.py result: step, pass@1, se, and right (each problem's right samples) when the
+    result has it (eval.py since the fourteenth session): then two points on the same problems compare paired."""
+    return {"step": step, "pass@1": r["pass@1"], "se": r["pass@1_se"]} | ({"right": r["right"]} if "right" in r else {})
+
+
+def difference(a, b, n):
+    """(a - b in pass@1, its standard error, paired?) for two curve points of n samples per problem. Paired when
+    both have per-problem counts of the same problems (the se of the mean per-problem difference: what two
+    checkpoints share, the problems' difficulty, cancels); else unpaired, sqrt(se_a^2 + se_b^2)."""
+    d = a["pass@1"] - b["pass@1"]
+    if len(ra := a.get("right") or []) == len(rb := b.get("right") or []) > 1:
+        per = [(x - y) / n for x, y in zip(ra, rb)]
+        return d, statistics.stdev(per) / len(per) ** 0.5, True
+    return d, (a["se"] ** 2 + b["se"] ** 2) ** 0.5, False
+
+
 def build_record(run_dir, name, model_name, eval_data, eval_problems, eval_n, extra=None):
     """One campaign record from a finished run folder: its config.json, metrics.jsonl and the eval.jsonl
     lines with these evaluation settings (one per step; a later line for a step wins)."""
@@ -176,7 +194,7 @@ def build_record(run_dir, name, model_name, eval_data, eval_problems, eval_n, ex
     evals = evals_for(run_dir, eval_data, eval_problems, eval_n)
     if 0 not in evals or len(evals) < 2:
         raise ValueError(f"{run_dir}: eval.jsonl lacks the base or every checkpoint for these settings")
-    curve = [{"step": s, "pass@1": r["pass@1"], "se": r["pass@1_se"]} for s, r in sorted(evals.items())]
+    curve = [point(s, r) for s, r in sorted(evals.items())]
     peak = max(curve, key=lambda p: p["pass@1"])  # the earliest step wins a tie
     metrics = list({m["step"]: m for m in read_jsonl(os.path.join(run_dir, "metrics.jsonl"))}.values())
     # the checkpoints the run should have (every save_every steps and its last step) without an evaluation
@@ -320,8 +338,7 @@ def transfer_file(run_dir, workflow, step):
 def transfers(run_dir, step):
     """{workflow: {"step", "pass@1", "se", "diagnostics"}} of the run's TRANSFER_EVAL results for that step."""
     found = {w: json.load(open(f)) for w in STRUCTURES if os.path.exists(f := transfer_file(run_dir, w, step))}
-    return {w: {"step": step, "pass@1": r["pass@1"], "se": r["pass@1_se"], "diagnostics": r["diagnostics"]}
-            for w, r in found.items()}
+    return {w: point(step, r) | {"diagnostics": r["diagnostics"]} for w, r in found.items()}
 
 
 def start(cmd, env, log, beside=False):
@@ -536,8 +553,9 @@ def plot(results, out_dir):
 
 def table(results):
     """The grid table of docs/results.md from the results file, one per (model, task), rows sorted by config and
-    seed: base, peak (step), final (step), final - base with its size in standard errors (unpaired: sqrt(se_base^2 +
-    se_final^2)), the two se, the mean step time."""
+    seed: base, peak (step), final (step), final - base with its size in standard errors (paired over the problems
+    when the record has per-problem counts, marked "paired"; else unpaired: sqrt(se_base^2 + se_final^2)), the two
+    se, the mean step time."""
     records = read_jsonl(results)
     out = []
     for model, task in sorted({(r["model"], r.get("task", "math")) for r in records}):
@@ -546,12 +564,35 @@ def table(results):
         for r in sorted((r for r in records if (r["model"], r.get("task", "math")) == (model, task)),
                         key=lambda r: (list(CONFIGS).index(r["config"]) if r["config"] in CONFIGS else 99, r["seed"])):
             b, p, f = r["base"], r["peak"], r["final"]
-            d, se = f["pass@1"] - b["pass@1"], (b["se"] ** 2 + f["se"] ** 2) ** 0.5
+            d, se, paired = difference(f, b, r["eval_n"])
             t = f"{r['step_time_s']:.2f} s" if r.get("step_time_s") else "-"
-            gain = f"{d:+.3f} ({d / se:.1f} se)" if se else f"{d:+.3f}"
+            gain = f"{d:+.3f} ({d / se:.1f} se{', paired' if paired else ''})" if se else f"{d:+.3f}"
             out.append(f"| {r['name']} | {b['pass@1']:.3f} | {p['pass@1']:.3f} ({p['step']}) | {f['pass@1']:.3f} "
                        f"({f['step']}) | {gain} | {b['se']:.3f} / {f['se']:.3f} | {t} |")
         out.append("")
+    return "\n".join(out)
+
+
+def compare(results, a, b):
+    """Two recorded cells (names; the first record of each) side by side at every step both evaluated, and their
+    transfers into the same structures: A, B, A - B, its se (paired over the problems when both have per-problem
+    counts of the same problems and samples; else unpaired)."""
+    records = {r["name"]: r for r in reversed(read_jsonl(results))}
+    if missing := [x for x in (a, b) if x not in records]:
+        sys.exit(f"error: --compare: no record named {', '.join(missing)} in {results}")
+    ra, rb = records[a], records[b]
+    if (ra["eval_data"], ra["eval_problems"], ra["eval_n"]) != (rb["eval_data"], rb["eval_problems"], rb["eval_n"]):
+        sys.exit(f"error: --compare: {a} and {b} were evaluated on different problems or samples")
+    pb = {p["step"]: p for p in rb["curve"]}
+    pairs = [(f"step {p['step']}", p, pb[p["step"]]) for p in ra["curve"] if p["step"] in pb]
+    pairs += [(f"{w} (transfer)", t, rb["transfers"][w]) for w, t in ra.get("transfers", {}).items()
+              if w in rb.get("transfers", {})]
+    out = [f"| point | {a} | {b} | A - B | se |", "|---|---|---|---|---|"]
+    for label, p, q in pairs:
+        d, se, paired = difference(p, q, ra["eval_n"])
+        out.append(f"| {label} | {p['pass@1']:.3f} | {q['pass@1']:.3f} | {d:+.3f} ({d / se:.1f} se) | "
+                   f"{se:.3f}{' paired' if paired else ''} |" if se else f"| {label} | {p['pass@1']:.3f} | "
+                   f"{q['pass@1']:.3f} | {d:+.3f} | - |")
     return "\n".join(out)
 
 
@@ -595,6 +636,8 @@ def main(argv=None):
     p.add_argument("--plot", action="store_true", help="draw one PNG per claim beside --results, then exit")
     p.add_argument("--table", action="store_true", help="print the grid table(s) from --results (Markdown), then exit")
     p.add_argument("--list", action="store_true", help="print the grid and the configurations, then exit")
+    p.add_argument("--compare", nargs=2, metavar=("A", "B"), help="two recorded cells at every step both evaluated "
+                   "(Markdown; paired standard errors where the records allow), then exit")
     args = p.parse_args(argv)
     if args.list:
         print("grid:", " ".join(GRID), f"--save-every {args.eval_every}")
@@ -602,6 +645,8 @@ def main(argv=None):
         return
     if args.table:
         return print(table(args.results))
+    if args.compare:
+        return print(compare(args.results, *args.compare))
     if args.plot:
         return plot(args.results, os.path.dirname(os.path.abspath(args.results)))
     if not args.model_name and args.model not in ("/root/mdl/hf", "tiny"):  # records and folders name the model

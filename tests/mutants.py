@@ -271,6 +271,15 @@ MUTANTS = [
      ids("test_campaign.py", "test_save_record_two_processes_and_a_kill")),
     ("campaign-entropy-none-as-zero", "bench/campaign.py", "build_record", '[None if (e := m["roles"]', '[0 if (e := m["roles"]',
      ids("test_campaign.py", "test_record_from_a_run_folder")),
+    # paired differences (two checkpoints on the same problems): per-problem counts kept, used, in order
+    ("campaign-never-paired", "bench/campaign.py", "difference", "> 1:", "> 10 ** 9:",
+     ids("test_campaign.py", "test_paired_differences_table_and_compare")),
+    ("campaign-point-drops-right", "bench/campaign.py", "point", 'if "right" in r else {}', "if False else {}",
+     ids("test_campaign.py", "test_paired_differences_table_and_compare")),
+    ("campaign-paired-se-without-n", "bench/campaign.py", "difference", "(x - y) / n", "(x - y)",
+     ids("test_campaign.py", "test_paired_differences_table_and_compare")),
+    ("eval-right-not-in-problem-order", "eval.py", "evaluate", '"right": right.tolist()', '"right": sorted(right.tolist())',
+     ids("test_eval.py")),
     ("campaign-save-in-place", "bench/campaign.py", "save_record", 'open(results + ".tmp", "w")', 'open(results, "w")',
      ids("test_campaign.py", "test_save_record_two_processes_and_a_kill")),
     # an evaluation beside training without its memory cap (it killed a run's training on the H200), and training

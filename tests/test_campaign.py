@@ -881,6 +881,33 @@ def test_table(run_dir, tmp_path):
     assert f"| {f['pass@1'] - b['pass@1']:+.3f} ({(f['pass@1'] - b['pass@1']) / se:.1f} se) |" in lines[10]
 
 
+def test_paired_differences_table_and_compare(run_dir, tmp_path):
+    """Points with per-problem counts (eval.py's right) compare paired: the se of the mean per-problem difference,
+    by hand here; without them, or on other problems, unpaired. --table marks a paired final - base; --compare
+    lists every common step and common transfer, and refuses unknown names or other evaluation settings."""
+    a = {"step": 20, "pass@1": 0.5, "se": 0.2, "right": [2, 0, 1, 1]}
+    b = {"step": 20, "pass@1": 0.25, "se": 0.1, "right": [1, 0, 1, 0]}
+    # per problem (a - b) / 2 = 0.5, 0, 0, 0.5: mean 0.25, stdev sqrt(0.25 / 3), / sqrt(4)
+    assert campaign.difference(a, b, 2) == (0.25, pytest.approx((0.25 / 3) ** 0.5 / 2), True)
+    unpaired = (0.25, pytest.approx(0.05 ** 0.5), False)
+    assert campaign.difference(a, {**b, "right": [1, 0, 1]}, 2) == campaign.difference(a, {**b, "right": None}, 2) \
+        == unpaired
+    lines = [eval_line(0, 0.25) | {"right": [1, 0, 1, 0]}, eval_line(20, 0.5) | {"right": [2, 0, 1, 1]}]
+    write_jsonl(os.path.join(run_dir, "eval.jsonl"), lines)
+    r = campaign.build_record(run_dir, "single-s1", campaign.DEFAULT_MODEL, "gsm8k/test.jsonl", 500, 2)
+    assert r["curve"][1]["right"] == [2, 0, 1, 1]
+    write_jsonl(tmp_path / "c.jsonl", [r | {"transfers": {"voting": a, "evalopt": a}},
+                                       {**r, "name": "single-s2", "curve": [a | {"step": 0}, b], "transfers": {"voting": b}},
+                                       {**r, "name": "code-s0", "eval_n": 4}])
+    assert f"| +0.250 ({0.25 / ((0.25 / 3) ** 0.5 / 2):.1f} se, paired) |" in campaign.table(str(tmp_path / "c.jsonl"))
+    out = campaign.compare(str(tmp_path / "c.jsonl"), "single-s1", "single-s2").splitlines()
+    assert [ln.split(" | ")[0] for ln in out[2:]] == ["| step 0", "| step 20", "| voting (transfer)"]
+    assert out[3] == f"| step 20 | 0.500 | 0.250 | +0.250 ({0.25 / ((0.25 / 3) ** 0.5 / 2):.1f} se) | 0.144 paired |"
+    for names, says in ((("single-s1", "nope"), "no record named nope"), (("single-s1", "code-s0"), "different")):
+        with pytest.raises(SystemExit, match=says):
+            campaign.compare(str(tmp_path / "c.jsonl"), *names)
+
+
 def test_eval_chunk_is_eval_pys():
     """The campaign's copy of eval.py's chunk rule (it must not import eval.py) gives eval.py's settings."""
     import eval as E

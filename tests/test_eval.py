@@ -115,7 +115,7 @@ def test_pass_at_1_standard_error_and_pass_at_k_by_hand(tiny, monkeypatch):
     problems = [{"id": pid, "task": "math", "prompt": "q", "answer": "1"} for pid in matrix]
     r = ev.evaluate(model, tok, problems, "single", ev.adapter_map("single", "base"), "math", n=4, ks=[2, 3], chunk=2)
     assert calls == [["p0", "p1"], ["p2"]]
-    assert r["pass@1"] == pytest.approx(1 / 3)
+    assert r["pass@1"] == pytest.approx(1 / 3) and r["right"] == [1, 3, 0]  # per problem, in order
     assert r["pass@1_se"] == pytest.approx((21 / 144) ** 0.5 / 3 ** 0.5)
     assert r["pass@k"] == pytest.approx({"2": 0.5, "3": (0.75 + 1) / 3})
     assert r["status"] == {"correct": 4, "wrong": 8}
