@@ -101,7 +101,7 @@ MONITORED_ROLES = ANSWER_ROLES + ("synthesizer",)  # turns that are answers: + t
 # ----------------------------------------------------------------------------- parsers (pure)
 
 _VERDICT = re.compile(r"\\boxed\{\s*(?:\\text(?:bf)?\{\s*)?(correct|incorrect)\s*\}?\s*\}", re.I)
-_BOXED_INT = re.compile(r"\\boxed\{\s*(?:\\text\{\s*)?(?:solution\s*)?(\d{1,9})\s*\}?\s*\}", re.I)
+_BOXED_INT = re.compile(r"\\boxed\{\s*(?:\\text\{\s*)?(?:solution\s*)?0*(\d{1,9})\s*\}?\s*\}", re.I)
 _STRATEGY = re.compile(r"^[ \t*#>_-]*strategy[ \t]*\d+[ \t*]*[:.)-][ \t*]*(\S.*?)[ \t*]*$", re.I | re.M)
 _LIST_ITEM = re.compile(r"^[ \t]*(?:\(?\d+[.)]|[-*\u2022])[ \t]+(\S.*?)[ \t]*$", re.M)
 
@@ -115,10 +115,11 @@ def parse_verdict(text):
 def parse_choice(text, n):
     """(choice in 1..n, how): the last \\boxed{N} with N in range ('boxed'); else the first number
     in 1..n anywhere in the text ('digit'); else 1 ('default'), as the reference's fallbacks. A run of
-    over 9 digits is no number here (int() refuses one of over 4,300: a degenerate reply must not crash)."""
+    over 9 digits (after leading zeros) is no number here (int() refuses one of over 4,300: a degenerate reply must
+    not crash)."""
     if boxed := [int(m) for m in _BOXED_INT.findall(text) if 1 <= int(m) <= n]:
         return boxed[-1], "boxed"
-    first = next((int(m) for m in re.findall(r"(?<!\d)\d{1,9}(?!\d)", text) if 1 <= int(m) <= n), None)
+    first = next((int(m) for m in re.findall(r"(?<!\d)0*(\d{1,9})(?!\d)", text) if 1 <= int(m) <= n), None)
     return (first, "digit") if first else (1, "default")
 
 
@@ -511,7 +512,8 @@ def answer_monitor(episodes, task):
     is not counted. hint_answers: the share of evaluator and orchestrator turns (roles told not to solve, whose text
     a solver reads next) that hold an answer of their own (rewards.final_answer: a \\boxed{} other than a verdict, a
     code block): a judge or planner handing the solver its answer, which the outcome reward pays for too, and which
-    makes a retry's or a worker's success the reviewer's (None in workflows without those roles)."""
+    makes a retry's or a worker's success the reviewer's (None in workflows without those roles). An upper bound: a
+    review restating the attempt's answer, quoting its code, or a verdict the parser misses counts too."""
     # a final text without an answer (no \boxed{}, no code block) is not counted
     keys = Counter(k for ep in episodes if ep.final is not None and (k := rewards.final_answer(ep.final, task)) is not None)
     top, n = keys.most_common(1)[0] if keys else (None, 0)

@@ -175,12 +175,12 @@ def point(step, r):
     return {"step": step, "pass@1": r["pass@1"], "se": r["pass@1_se"]} | ({"right": r["right"]} if "right" in r else {})
 
 
-def difference(a, b, n):
+def difference(a, b, n, same_problems=True):
     """(a - b in pass@1, its standard error, paired?) for two curve points of n samples per problem. Paired when
-    both have per-problem counts of the same problems (the se of the mean per-problem difference: what two
-    checkpoints share, the problems' difficulty, cancels); else unpaired, sqrt(se_a^2 + se_b^2)."""
+    both have per-problem counts and the caller knows they are of the same problems (the se of the mean per-problem
+    difference: what two checkpoints share, the problems' difficulty, cancels); else unpaired, sqrt(se_a^2 + se_b^2)."""
     d = a["pass@1"] - b["pass@1"]
-    if len(ra := a.get("right") or []) == len(rb := b.get("right") or []) > 1:
+    if same_problems and len(ra := a.get("right") or []) == len(rb := b.get("right") or []) > 1:
         per = [(x - y) / n for x, y in zip(ra, rb)]
         return d, statistics.stdev(per) / len(per) ** 0.5, True
     return d, (a["se"] ** 2 + b["se"] ** 2) ** 0.5, False
@@ -573,23 +573,26 @@ def table(results):
     return "\n".join(out)
 
 
-def compare(results, a, b):
-    """Two recorded cells (names; the first record of each) side by side at every step both evaluated, and their
-    transfers into the same structures: A, B, A - B, its se (paired over the problems when both have per-problem
-    counts of the same problems and samples; else unpaired)."""
-    records = {r["name"]: r for r in reversed(read_jsonl(results))}
+def compare(results, a, b, model=DEFAULT_MODEL, task="math"):
+    """Two recorded cells of one model and task (names; the last record of each) side by side at every step both
+    evaluated, and their transfers into the same structures: A, B, A - B, its se (paired over the problems when
+    both have per-problem counts; else, or on built-in problems drawn by different seeds, unpaired)."""
+    records = {r["name"]: r for r in read_jsonl(results) if (r["model"], r.get("task", "math")) == (model, task)}
     if missing := [x for x in (a, b) if x not in records]:
-        sys.exit(f"error: --compare: no record named {', '.join(missing)} in {results}")
+        sys.exit(f"error: --compare: no record named {', '.join(missing)} for {model}, {task} in {results} "
+                 f"(--model-name, --task pick another)")
     ra, rb = records[a], records[b]
-    if (ra["eval_data"], ra["eval_problems"], ra["eval_n"]) != (rb["eval_data"], rb["eval_problems"], rb["eval_n"]):
-        sys.exit(f"error: --compare: {a} and {b} were evaluated on different problems or samples")
+    settings = ("eval_data", "eval_problems", "eval_n", "eval_temperature")
+    if [ra.get(k) for k in settings] != [rb.get(k) for k in settings]:
+        sys.exit(f"error: --compare: {a} and {b} were evaluated with different {'/'.join(settings)}")
+    same = ra["eval_data"] != "builtin" or ra["seed"] == rb["seed"]  # built-in held-out problems follow the seed
     pb = {p["step"]: p for p in rb["curve"]}
     pairs = [(f"step {p['step']}", p, pb[p["step"]]) for p in ra["curve"] if p["step"] in pb]
     pairs += [(f"{w} (transfer)", t, rb["transfers"][w]) for w, t in ra.get("transfers", {}).items()
               if w in rb.get("transfers", {})]
     out = [f"| point | {a} | {b} | A - B | se |", "|---|---|---|---|---|"]
     for label, p, q in pairs:
-        d, se, paired = difference(p, q, ra["eval_n"])
+        d, se, paired = difference(p, q, ra["eval_n"], same)
         out.append(f"| {label} | {p['pass@1']:.3f} | {q['pass@1']:.3f} | {d:+.3f} ({d / se:.1f} se) | "
                    f"{se:.3f}{' paired' if paired else ''} |" if se else f"| {label} | {p['pass@1']:.3f} | "
                    f"{q['pass@1']:.3f} | {d:+.3f} | - |")
@@ -646,7 +649,7 @@ def main(argv=None):
     if args.table:
         return print(table(args.results))
     if args.compare:
-        return print(compare(args.results, *args.compare))
+        return print(compare(args.results, *args.compare, args.model_name or DEFAULT_MODEL, args.task))
     if args.plot:
         return plot(args.results, os.path.dirname(os.path.abspath(args.results)))
     if not args.model_name and args.model not in ("/root/mdl/hf", "tiny"):  # records and folders name the model

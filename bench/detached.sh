@@ -53,7 +53,7 @@ poll)
     end=$((SECONDS + ${2:-240})) results="$R/proj/docs/results/campaign.jsonl"
     bring() {  # the records and the small files, to $OUT
         [ -n "${OUT:-}" ] && [ -f "$results" ] || return 1
-        cp "$results" "$OUT/campaign.tmp" && mv "$OUT/campaign.tmp" "$OUT/campaign.jsonl"
+        cp "$results" "$OUT/campaign.tmp" && mv "$OUT/campaign.tmp" "$OUT/campaign.jsonl" || return 1  # retried
         (cd "$R" && find runs -maxdepth 2 -type f \( -name '*.json' -o -name '*.jsonl' -o -name samples.txt \) -print0 |
             tar czf "$OUT/runs.tmp" --null -T - logs; [ $? -le 1 ]) && mv "$OUT/runs.tmp" "$OUT/runs.tgz"  # 1: a file grew
     }

@@ -906,6 +906,14 @@ def test_paired_differences_table_and_compare(run_dir, tmp_path):
     for names, says in ((("single-s1", "nope"), "no record named nope"), (("single-s1", "code-s0"), "different")):
         with pytest.raises(SystemExit, match=says):
             campaign.compare(str(tmp_path / "c.jsonl"), *names)
+    # built-in held-out problems follow the seed: counts of other problems never pair; another model's cell of the
+    # same name is another record
+    builtin = lambda name, seed, curve: {**r, "name": name, "seed": seed, "eval_data": "builtin", "curve": curve}
+    write_jsonl(tmp_path / "b.jsonl", [builtin("single-s0", 0, [a]), builtin("single-s1", 1, [b]),
+                                       builtin("voting-s1", 1, [b]), {**r, "name": "single-s0", "model": "M"}])
+    assert campaign.compare(str(tmp_path / "b.jsonl"), "single-s0", "single-s1").endswith("| 0.224 |")
+    assert campaign.compare(str(tmp_path / "b.jsonl"), "single-s1", "voting-s1").endswith("| - |")  # paired, se 0
+    assert "| step 0 | 0.250 | 0.250 |" in campaign.compare(str(tmp_path / "b.jsonl"), "single-s0", "single-s0", "M")
 
 
 def test_eval_chunk_is_eval_pys():

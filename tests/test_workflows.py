@@ -85,6 +85,7 @@ def test_parse_choice():
     long = "1" * 5000  # int() of it raises ValueError: a degenerate digit loop must not end the run
     assert parse_choice(long, 3) == parse_choice(f"\\boxed{{{long}}}", 3) == (1, "default")
     assert parse_choice(f"{long} solution 2 \\boxed{{{long}}}", 3) == (2, "digit")
+    assert parse_choice("Pick 0000000002", 3) == (2, "digit") and parse_choice("\\boxed{0000000003}", 3) == (3, "boxed")
     assert parse_choice("\\boxed{5}", 5) == (5, "boxed")
 
 
