@@ -186,6 +186,25 @@ def difference(a, b, n, same_problems=True):
     return d, (a["se"] ** 2 + b["se"] ** 2) ** 0.5, False
 
 
+def judge_point(step, diagnostics):
+    """The judging role at one evaluated step, from eval.py's diagnostics (None without a judge): Voting, the share
+    of the aggregator's picks that fell back to solution 1 (no number in its reply); Eval-Opt, the shares of the
+    evaluator's verdicts that approve and that are unparseable (its collapse so far: never approving)."""
+    if (a := diagnostics.get("aggregator")) and a.get("picks"):
+        return {"step": step, "default_picks": a["default_picks"] / a["picks"]}
+    e = diagnostics.get("evaluator") or {}
+    if n := sum(e.get(k, 0) for k in ("approved_right", "approved_wrong", "rejected_right", "rejected_wrong")):
+        return {"step": step, "approved": (e["approved_right"] + e["approved_wrong"]) / n,
+                "unparseable": e["unparseable"] / n}
+    return None
+
+
+def judge_curve(r):
+    """A record's judge_curve, or for an older record (none) the judge at its base, peak and final diagnostics."""
+    return r.get("judge_curve") or [j for s, k in sorted({r[k]["step"]: k for k in ("base", "peak", "final")}.items())
+                                    if (j := judge_point(s, r["diagnostics"][k]))]
+
+
 def build_record(run_dir, name, model_name, eval_data, eval_problems, eval_n, extra=None):
     """One campaign record from a finished run folder: its config.json, metrics.jsonl and the eval.jsonl
     lines with these evaluation settings (one per step; a later line for a step wins)."""
@@ -215,6 +234,7 @@ def build_record(run_dir, name, model_name, eval_data, eval_problems, eval_n, ex
             "final_minus_base": curve[-1]["pass@1"] - curve[0]["pass@1"],
             "diagnostics": {k: evals[p["step"]]["diagnostics"] for k, p in
                             (("base", curve[0]), ("peak", peak), ("final", curve[-1]))},
+            "judge_curve": [j for s, r in sorted(evals.items()) if (j := judge_point(s, r["diagnostics"]))],
             "missing_steps": missing, "sessions": len(config.get("starts", [])),
             "steps_done": len(metrics), "skipped_steps": sum(m["skipped_steps"] for m in metrics),
             "step_time_s": statistics.mean(times) if times else None,
@@ -513,7 +533,8 @@ def save_record(results, record):
 
 def plot(results, out_dir):
     """One PNG per claim and (model, task): held-out pass@1 vs step (± se band), one line per run; beside it each
-    run's per-role training entropy (running mean over 5 steps). claim-C1.png for the 0.5B math grid, else
+    run's per-role training entropy (running mean over 5 steps); for the judges, also each run's judge_curve (records
+    since the fourteenth session). claim-C1.png for the 0.5B math grid, else
     claim-C1-MODEL-TASK.png. Claims with no runs yet are skipped."""
     import matplotlib
     matplotlib.use("Agg")
@@ -525,11 +546,17 @@ def plot(results, out_dir):
         runs = [r for r in records if r["config"] in CLAIMS[claim] and (r["model"], r.get("task", "math")) == (model, task)]
         if not runs:
             continue
-        fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.5))
+        judged = claim == "judges" and any(judge_curve(r) for r in runs)
+        fig, (a, b, *c) = plt.subplots(1, 3 if judged else 2, figsize=(18 if judged else 12, 4.5))
         for r in sorted(runs, key=lambda r: r["name"]):
             steps, acc, se = (np.array([p[k] for p in r["curve"]]) for k in ("step", "pass@1", "se"))
             line, = a.plot(steps, acc, marker="o", label=r["name"])
             a.fill_between(steps, acc - se, acc + se, color=line.get_color(), alpha=0.15)
+            for key, style in (("default_picks", "-"), ("approved", "--"), ("unparseable", ":")) if judged else ():
+                if pts := [(j["step"], j[key]) for j in judge_curve(r) if key in j]:  # older records: points only
+                    c[0].plot(*zip(*pts), marker="o", linestyle=style if r.get("judge_curve") else "none",
+                              color=line.get_color(), label=f"{r['name']} {key}" + ("" if r.get("judge_curve") else
+                                                                                     " (base, peak, final)"))
             for role, ent in r["train_curve"]["entropy"].items():
                 x = np.array(ent, dtype=float)  # None (no row ran) -> nan, left out of the running mean
                 smooth = [np.nanmean(x[max(0, i - 4):i + 1]) if np.isfinite(x[max(0, i - 4):i + 1]).any() else np.nan
@@ -543,6 +570,10 @@ def plot(results, out_dir):
         b.set(xlabel="training step", ylabel="entropy (nats/token, running mean 5)", title="per-role entropy")
         a.legend(fontsize=8)
         b.legend(fontsize=7)
+        if judged:
+            c[0].set(xlabel="training step", ylabel="share of the judge's held-out decisions", ylim=(-0.03, 1.03),
+                     title="the judge: default picks (Voting); approvals, unparseable (Eval-Opt)")
+            c[0].legend(fontsize=7)
         fig.tight_layout()
         tag = "" if (model, task) == (DEFAULT_MODEL, "math") else f"-{model}-{task}"
         path = os.path.join(out_dir, f"claim-{claim}{tag}.png")

@@ -100,6 +100,31 @@ def test_plots(run_dir, tmp_path):
                                        "claim-C2.png", "claim-C3.png", "claim-C4.png", "claim-judges.png"]
 
 
+def test_judge_curve_and_its_panel(run_dir, tmp_path):
+    """judge_point by hand (Voting: default picks / picks; Eval-Opt: approving and unparseable verdicts / verdicts;
+    no judge: None); build_record keeps one per evaluated step with a judge; the judges figure gets a third panel."""
+    assert campaign.judge_point(20, {"aggregator": {"picks": 8, "default_picks": 2}}) == {"step": 20, "default_picks": 0.25}
+    verdicts = {"approved_right": 1, "approved_wrong": 2, "rejected_right": 3, "rejected_wrong": 4, "unparseable": 5}
+    assert campaign.judge_point(0, {"evaluator": verdicts}) == {"step": 0, "approved": 0.3, "unparseable": 0.5}
+    assert campaign.judge_point(0, {"roles": {}}) is campaign.judge_point(0, {"aggregator": {"picks": 0}}) is None
+    lines = [eval_line(s, 0.2) for s in (0, 20)]
+    lines[1]["diagnostics"]["aggregator"] = {"picks": 10, "default_picks": 9}
+    write_jsonl(os.path.join(run_dir, "eval.jsonl"), lines)
+    r = campaign.build_record(run_dir, "single-s1", campaign.DEFAULT_MODEL, "gsm8k/test.jsonl", 500, 2)
+    assert r["judge_curve"] == campaign.judge_curve(r) == [{"step": 20, "default_picks": 0.9}]
+    old = {**r, "judge_curve": None, "peak": r["final"]}  # from before judge_curve: base, peak, final (20 twice)
+    old["diagnostics"] = {**r["diagnostics"], "peak": r["diagnostics"]["final"]}
+    assert campaign.judge_curve(old) == [{"step": 20, "default_picks": 0.9}]
+    pytest.importorskip("matplotlib")
+    import matplotlib.image
+    out = tmp_path / "results"
+    out.mkdir()
+    write_jsonl(out / "c.jsonl", [{**r, "name": "voting-ip-i1-s0", "config": "voting-ip-i1"}])
+    campaign.plot(str(out / "c.jsonl"), str(out))
+    widths = {f: matplotlib.image.imread(out / f).shape[1] for f in ("claim-C1.png", "claim-judges.png")}
+    assert widths["claim-judges.png"] == widths["claim-C1.png"] * 3 // 2  # 18 inches instead of 12
+
+
 def test_step_breakdown_of_a_tiny_run(tmp_path):
     """bench/steps.py on a real (tiny) run: the rollout by role adds up to the step's rows and tokens, the
     update by adapter names the run's adapters, and leading steps are skipped."""
