@@ -101,7 +101,7 @@ MONITORED_ROLES = ANSWER_ROLES + ("synthesizer",)  # turns that are answers: + t
 # ----------------------------------------------------------------------------- parsers (pure)
 
 _VERDICT = re.compile(r"\\boxed\{\s*(?:\\text(?:bf)?\{\s*)?(correct|incorrect)\s*\}?\s*\}", re.I)
-_BOXED_INT = re.compile(r"\\boxed\{\s*(?:\\text\{\s*)?(?:solution\s*)?0*(\d{1,9})\s*\}?\s*\}", re.I)
+_BOXED_INT = re.compile(r"\\boxed\{\s*(?:\\text\{\s*)?(?:solution\s*)?(\d+)\s*\}?\s*\}", re.I)
 _STRATEGY = re.compile(r"^[ \t*#>_-]*strategy[ \t]*\d+[ \t*]*[:.)-][ \t*]*(\S.*?)[ \t*]*$", re.I | re.M)
 _LIST_ITEM = re.compile(r"^[ \t]*(?:\(?\d+[.)]|[-*\u2022])[ \t]+(\S.*?)[ \t]*$", re.M)
 
@@ -115,11 +115,10 @@ def parse_verdict(text):
 def parse_choice(text, n):
     """(choice in 1..n, how): the last \\boxed{N} with N in range ('boxed'); else the first number
     in 1..n anywhere in the text ('digit'); else 1 ('default'), as the reference's fallbacks. A run of
-    over 9 digits (after leading zeros) is no number here (int() refuses one of over 4,300: a degenerate reply must
-    not crash)."""
-    if boxed := [int(m) for m in _BOXED_INT.findall(text) if 1 <= int(m) <= n]:
+    4,300 digits or more is no number here (int() refuses it: a degenerate reply must not crash)."""
+    if boxed := [int(m) for m in _BOXED_INT.findall(text) if len(m) < 4300 and 1 <= int(m) <= n]:
         return boxed[-1], "boxed"
-    first = next((int(m) for m in re.findall(r"(?<!\d)0*(\d{1,9})(?!\d)", text) if 1 <= int(m) <= n), None)
+    first = next((int(m) for m in re.findall(r"(?<!\d)\d+(?!\d)", text) if len(m) < 4300 and 1 <= int(m) <= n), None)
     return (first, "digit") if first else (1, "default")
 
 

@@ -171,7 +171,7 @@ def gpu_name(gpu):
 
 def point(step, r):
     """A curve point from an eval.py result: step, pass@1, se, and right (each problem's right samples) when the
-    result has it (eval.py since the fourteenth session): then two points on the same problems compare paired."""
+    result has it (eval.py from commit 9a3379f on): then two points on the same problems compare paired."""
     return {"step": step, "pass@1": r["pass@1"], "se": r["pass@1_se"]} | ({"right": r["right"]} if "right" in r else {})
 
 
@@ -297,9 +297,14 @@ def eval_chunk(n):
 
 
 def evals_for(run_dir, eval_data, eval_problems, eval_n):
-    """{step: eval.jsonl line} for these evaluation settings (a later line for a step wins)."""
+    """{step: eval.jsonl line} for these evaluation settings and the run's own workflow, sampling temperature and
+    adapters (not an `eval.py --run --transfer` or `--temperature` line: a later line for a step wins)."""
+    with open(os.path.join(run_dir, "config.json")) as f:
+        config = json.load(f)
     return {r["step"]: r for r in read_jsonl(os.path.join(run_dir, "eval.jsonl"))
             if r["settings"]["problems"] == eval_problems and r["settings"]["n"] == eval_n
+            and r.get("workflow") in (None, config.get("workflow", r.get("workflow"))) and not r["settings"].get("transfer")
+            and r["settings"].get("temperature") == config.get("temperature", r["settings"].get("temperature"))
             and r["settings"].get("chunk", 32) == eval_chunk(eval_n)
             and data_name(r["settings"]["data"]) == data_name(eval_data)}
 
@@ -534,7 +539,7 @@ def save_record(results, record):
 def plot(results, out_dir):
     """One PNG per claim and (model, task): held-out pass@1 vs step (± se band), one line per run; beside it each
     run's per-role training entropy (running mean over 5 steps); for the judges, also each run's judge_curve (records
-    since the fourteenth session). claim-C1.png for the 0.5B math grid, else
+    from commit 2b82164 on; older ones: base, peak and final as points). claim-C1.png for the 0.5B math grid, else
     claim-C1-MODEL-TASK.png. Claims with no runs yet are skipped."""
     import matplotlib
     matplotlib.use("Agg")
@@ -552,9 +557,10 @@ def plot(results, out_dir):
             steps, acc, se = (np.array([p[k] for p in r["curve"]]) for k in ("step", "pass@1", "se"))
             line, = a.plot(steps, acc, marker="o", label=r["name"])
             a.fill_between(steps, acc - se, acc + se, color=line.get_color(), alpha=0.15)
-            for key, style in (("default_picks", "-"), ("approved", "--"), ("unparseable", ":")) if judged else ():
+            for key, style, mark in (("default_picks", "-", "o"), ("approved", "--", "s"), ("unparseable", ":", "x")) \
+                    if judged else ():
                 if pts := [(j["step"], j[key]) for j in judge_curve(r) if key in j]:  # older records: points only
-                    c[0].plot(*zip(*pts), marker="o", linestyle=style if r.get("judge_curve") else "none",
+                    c[0].plot(*zip(*pts), marker=mark, linestyle=style if r.get("judge_curve") else "none",
                               color=line.get_color(), label=f"{r['name']} {key}" + ("" if r.get("judge_curve") else
                                                                                      " (base, peak, final)"))
             for role, ent in r["train_curve"]["entropy"].items():
@@ -679,13 +685,13 @@ def main(argv=None):
         return
     if args.table:
         return print(table(args.results))
-    if args.compare:
-        return print(compare(args.results, *args.compare, args.model_name or DEFAULT_MODEL, args.task))
     if args.plot:
         return plot(args.results, os.path.dirname(os.path.abspath(args.results)))
     if not args.model_name and args.model not in ("/root/mdl/hf", "tiny"):  # records and folders name the model
         sys.exit(f"error: --model {args.model}: give its name too, e.g. --model-name Qwen2.5-Coder-1.5B-Instruct")
     args.model_name = args.model_name or (DEFAULT_MODEL if args.model == "/root/mdl/hf" else args.model)
+    if args.compare:
+        return print(compare(args.results, *args.compare, args.model_name, args.task))
     args.extra_flags = extra_flags(args.extra)
     if bad := [w for w in args.transfer if w not in STRUCTURES]:
         sys.exit(f"error: --transfer {','.join(bad)}: choose from {','.join(STRUCTURES)}")

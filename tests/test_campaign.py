@@ -100,6 +100,21 @@ def test_plots(run_dir, tmp_path):
                                        "claim-C2.png", "claim-C3.png", "claim-C4.png", "claim-judges.png"]
 
 
+def test_record_leaves_out_transfer_and_other_sampling_lines(run_dir):
+    """eval.py --run also takes --transfer, --workflow and --temperature: such lines in the run's eval.jsonl are not
+    the run's curve (nor its judge's), even when written last for a step."""
+    config = json.load(open(os.path.join(run_dir, "config.json"))) | {"temperature": 0.7}
+    json.dump(config, open(os.path.join(run_dir, "config.json"), "w"))
+    transfer = eval_line(20, 0.9, transfer="all") | {"workflow": "voting"}
+    transfer["diagnostics"]["aggregator"] = {"picks": 10, "default_picks": 9}
+    write_jsonl(os.path.join(run_dir, "eval.jsonl"), [eval_line(0, 0.2), eval_line(20, 0.25) | {"workflow": "single"},
+                                                      transfer, eval_line(20, 0.8, temperature=1.0),
+                                                      eval_line(20, 0.7) | {"workflow": "voting"},
+                                                      eval_line(20, 0.6, transfer="all") | {"workflow": "single"}])
+    r = campaign.build_record(run_dir, "single-s1", campaign.DEFAULT_MODEL, "gsm8k/test.jsonl", 500, 2)
+    assert [(p["step"], p["pass@1"]) for p in r["curve"]] == [(0, 0.2), (20, 0.25)] and r["judge_curve"] == []
+
+
 def test_judge_curve_and_its_panel(run_dir, tmp_path):
     """judge_point by hand (Voting: default picks / picks; Eval-Opt: approving and unparseable verdicts / verdicts;
     no judge: None); build_record keeps one per evaluated step with a judge; the judges figure gets a third panel."""

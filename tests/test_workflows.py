@@ -86,6 +86,7 @@ def test_parse_choice():
     assert parse_choice(long, 3) == parse_choice(f"\\boxed{{{long}}}", 3) == (1, "default")
     assert parse_choice(f"{long} solution 2 \\boxed{{{long}}}", 3) == (2, "digit")
     assert parse_choice("Pick 0000000002", 3) == (2, "digit") and parse_choice("\\boxed{0000000003}", 3) == (3, "boxed")
+    assert parse_choice("\u0660" * 10 + "\u0662", 3) == (2, "digit")  # Arabic-Indic 0000000000 2, as int() reads it
     assert parse_choice("\\boxed{5}", 5) == (5, "boxed")
 
 
