@@ -6,7 +6,7 @@ lists. Status correct | wrong | no_answer (no or empty box) | error (sympy timeo
 Guaranteed (tests/test_rewards.py): an infinity equals only the same infinity; NaN, complex infinity and overflowing
 values equal nothing; finite values agree exactly (rationals) or to a relative 1e-9 at 50 digits (no absolute floor,
 so 10^{-400} is not 0); arithmetic on infinity (\\infty^0) equals no finite gold; juxtaposed numbers ('9 9', '9(9)')
-are not a product; 'A%' is A, or A/100 only against a gold that is no integer (never two integer golds); Python past
+are not a product; 'A%' is A, or A/100 only where that is no integer (never two integer golds); Python past
 the math subset (0x10, //, 5j, a second decimal point) is refused; symbolic answers are compared at four exact
 points, never by unbounded simplification; normalisation is linear (whitespace collapsed first, long answers refused).
 code_check: the last fenced block (```python first) must pass every test. Status pass | fail | timeout (wall clock,
@@ -475,10 +475,11 @@ def math_check(completion: str, answer: str) -> tuple[float, str]:
         return 0.0, "error"  # too long to be an answer (never normalised, so no input can be slow), or no gold
     (p, p_pct), (g, g_pct) = _normalize(pred), _normalize(gold)
     p, g = (_normalize(_drop_words(a, b))[0] for a, b in ((p, g), (g, p)))  # "1,000 apples" -> 1,000 -> 1000
-    # "A%" is A, or (a number A) A/100 when the gold is no integer: never both of two integers ("500%" for 5 and 500)
+    # "A%" is A, or (a number A) A/100 when that is no integer: never two integer golds by value ("500%" for 5 and
+    # 500, "800%" for 2^{3} and 800), whatever form the gold takes
     with contextlib.suppress(_Undecided):  # undecided (sympy timed out, a power too large): "error" below
-        n = _number(p) if p_pct and not g_pct and getattr(_number(g), "denominator", 0) != 1 else None
-        return (1.0, "correct") if _equal(p, g) or (n is not None and _equal(str(n / 100), g)) else (0.0, "wrong")
+        n = m / 100 if p_pct and not g_pct and (m := _number(p)) is not None else None
+        return (1.0, "correct") if _equal(p, g) or (getattr(n, "denominator", 1) != 1 and _equal(str(n), g)) else (0.0, "wrong")
     return 0.0, "error"
 
 

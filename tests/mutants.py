@@ -451,7 +451,7 @@ MUTANTS = [
      ids("test_campaign.py", "test_transfers_of_a_single_cell")),
     ("campaign-transfer-at-512-tokens", "bench/campaign.py", "locked_job", '"--max-new-tokens", tokens, *flags], env', "*flags], env",
      ids("test_campaign.py", "test_transfers_of_a_single_cell")),
-    ("percent-read-both-ways-for-integers", "rewards.py", "math_check", 'getattr(_number(g), "denominator", 0) != 1', "True",
+    ("percent-read-both-ways-for-integers", "rewards.py", "math_check", 'getattr(n, "denominator", 1) != 1', "n is not None",
      ids("test_rewards.py", "test_math_issue_false_positives")),
     ("infinity-arithmetic-equals-finite", "rewards.py", "_equal", ' or ("oo" in tp) != ("oo" in tg)', "",
      ids("test_rewards.py", "test_math_issue_false_positives")),

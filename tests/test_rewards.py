@@ -120,7 +120,7 @@ GAMED = [  # (completion, gold): none of these is equal to its gold
     ("\\boxed{0.53}", "b-a"), ("\\boxed{y-0.53}", "x"), ("\\boxed{2y-x}", "x+1.06"), ("\\boxed{(7^{9999})^{9999}}", "81"),
     # the twenty-ninth review (math): "A%" counted for two integer golds, A and A/100, on every GSM8K problem; numbers
     # side by side or with two decimal points multiplied; Python's syntax past the math subset; infinity's arithmetic
-    ("\\boxed{500\\%}", "5"), ("\\boxed{500\\%}", "5.00"), ("\\boxed{100\\%}", "1"), ("\\boxed{x\\%}", "\\frac{0}{5}"), ("\\boxed{1.000.000}", "0"), ("\\boxed{10.0.5}", "5"),
+    ("\\boxed{500\\%}", "5"), ("\\boxed{500\\%}", "5.00"), ("\\boxed{100\\%}", "1"), ("\\boxed{x\\%}", "\\frac{0}{5}"), ("\\boxed{800\\%}", "2^{3}"), ("\\boxed{400\\%}", "\\sqrt{16}"), ("\\boxed{1.000.000}", "0"), ("\\boxed{10.0.5}", "5"),
     ("\\boxed{9 (9)}", "81"), ("\\boxed{9(9)}", "81"), ("\\boxed{{9}{9}}", "81"), ("\\boxed{512.0.n(1)}", "500"),
     ("\\boxed{0x10}", "16"), ("\\boxed{0b11}", "3"), ("\\boxed{7//2}", "3"), ("\\boxed{5j*0+5}", "5"),
     ("\\boxed{E1(1+1)*0}", "0"), ("\\boxed{\\infty^0}", "1"), ("\\boxed{\\frac{1}{\\infty}}", "0"), ("\\boxed{0^{\\infty}}", "0"),
