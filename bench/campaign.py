@@ -557,12 +557,12 @@ def plot(results, out_dir):
             steps, acc, se = (np.array([p[k] for p in r["curve"]]) for k in ("step", "pass@1", "se"))
             line, = a.plot(steps, acc, marker="o", label=r["name"])
             a.fill_between(steps, acc - se, acc + se, color=line.get_color(), alpha=0.15)
+            old = not r.get("judge_curve")  # an older record: its base, peak and final as points
             for key, style, mark in (("default_picks", "-", "o"), ("approved", "--", "s"), ("unparseable", ":", "x")) \
                     if judged else ():
-                if pts := [(j["step"], j[key]) for j in judge_curve(r) if key in j]:  # older records: points only
-                    c[0].plot(*zip(*pts), marker=mark, linestyle=style if r.get("judge_curve") else "none",
-                              color=line.get_color(), label=f"{r['name']} {key}" + ("" if r.get("judge_curve") else
-                                                                                     " (base, peak, final)"))
+                if pts := [(j["step"], j[key]) for j in judge_curve(r) if key in j]:
+                    c[0].plot(*zip(*pts), marker=mark, linestyle="none" if old else style, color=line.get_color(),
+                              label=f"{r['name']} {key}" + (" (base, peak, final)" if old else ""))
             for role, ent in r["train_curve"]["entropy"].items():
                 x = np.array(ent, dtype=float)  # None (no row ran) -> nan, left out of the running mean
                 smooth = [np.nanmean(x[max(0, i - 4):i + 1]) if np.isfinite(x[max(0, i - 4):i + 1]).any() else np.nan
@@ -630,9 +630,8 @@ def compare(results, a, b, model=DEFAULT_MODEL, task="math"):
     out = [f"| point | {a} | {b} | A - B | se |", "|---|---|---|---|---|"]
     for label, p, q in pairs:
         d, se, paired = difference(p, q, ra["eval_n"], same)
-        out.append(f"| {label} | {p['pass@1']:.3f} | {q['pass@1']:.3f} | {d:+.3f} ({d / se:.1f} se) | "
-                   f"{se:.3f}{' paired' if paired else ''} |" if se else f"| {label} | {p['pass@1']:.3f} | "
-                   f"{q['pass@1']:.3f} | {d:+.3f} | - |")
+        size, err = (f" ({d / se:.1f} se)", f"{se:.3f}{' paired' if paired else ''}") if se else ("", "-")
+        out.append(f"| {label} | {p['pass@1']:.3f} | {q['pass@1']:.3f} | {d:+.3f}{size} | {err} |")
     return "\n".join(out)
 
 
