@@ -205,17 +205,21 @@ def judge_curve(r):
                                     if (j := judge_point(s, r["diagnostics"][k]))]
 
 
-def build_record(run_dir, name, model_name, eval_data, eval_problems, eval_n, extra=None):
+def build_record(run_dir, name, model_name, eval_data, eval_problems, eval_n, extra=None, steps=None):
     """One campaign record from a finished run folder: its config.json, metrics.jsonl and the eval.jsonl
-    lines with these evaluation settings (one per step; a later line for a step wins)."""
+    lines with these evaluation settings (one per step; a later line for a step wins). `steps`: the step the
+    run was trained to (default config.json's, which a resume with a smaller --steps leaves as it was); what the
+    folder holds past it (a training process left running past the stop) is not the run's and stays out."""
     with open(os.path.join(run_dir, "config.json")) as f:
         config = json.load(f)
-    evals = evals_for(run_dir, eval_data, eval_problems, eval_n)
+    steps = steps or config["steps"]
+    evals = {s: r for s, r in evals_for(run_dir, eval_data, eval_problems, eval_n).items() if s <= steps}
     if 0 not in evals or len(evals) < 2:
         raise ValueError(f"{run_dir}: eval.jsonl lacks the base or every checkpoint for these settings")
     curve = [point(s, r) for s, r in sorted(evals.items())]
     peak = max(curve, key=lambda p: p["pass@1"])  # the earliest step wins a tie
-    metrics = list({m["step"]: m for m in read_jsonl(os.path.join(run_dir, "metrics.jsonl"))}.values())
+    metrics = [m for m in {m["step"]: m for m in read_jsonl(os.path.join(run_dir, "metrics.jsonl"))}.values()
+               if m["step"] <= steps]
     # the checkpoints the run should have (every save_every steps and its last step) without an evaluation
     last, every = max((m["step"] for m in metrics), default=0), config.get("save_every") or 0
     should = {*range(every, last + 1, every), last} - {0} if every > 0 else {last} - {0}
@@ -226,7 +230,7 @@ def build_record(run_dir, name, model_name, eval_data, eval_problems, eval_n, ex
     times = [m["time"]["total"] for m in metrics]
     first = evals[0]["settings"]
     return {"name": name, "config": name.rpartition("-s")[0], "seed": config["seed"], "model": model_name,
-            **{k: v for k, v in config.items() if k not in SKIP},
+            **{k: v for k, v in config.items() if k not in SKIP}, "steps": steps,
             "train_data": data_name(config["data"]), "eval_data": data_name(eval_data),
             "eval_problems": eval_problems, "eval_n": eval_n, "eval_temperature": first["temperature"],
             "eval_chunk": first.get("chunk"),
@@ -485,7 +489,7 @@ def locked_job(job, gpu, args, lock):
                           {"gpu": gpu_name(gpu), "runs_per_gpu": args.per_gpu, "train_wall_s": job["train_wall_s"],
                            "eval_wall_s": job["eval_wall_s"], "eval_while_training": args.eval_while_training,
                            "resumed_after_failure_at": job["resumes"], "extended_from": job["extended_from"],
-                           "command": " ".join(fresh[1:]), "eval_command": " ".join(evaluate[1:])})
+                           "command": " ".join(fresh[1:]), "eval_command": " ".join(evaluate[1:])}, steps=target)
     with lock:
         save_record(args.results, record)
     job["phase"] = (f"done: base {record['base']['pass@1']:.3f}, peak {record['peak']['pass@1']:.3f} (step "

@@ -75,6 +75,20 @@ def test_record_from_a_run_folder(run_dir):
         campaign.build_record(run_dir, "single-s1", "m", "gsm8k/test.jsonl", 200, 2)
 
 
+def test_record_stops_at_the_step_the_run_was_trained_to(run_dir):
+    """A run resumed with a smaller --steps keeps config.json's steps, and a training process left running past the stop
+    writes more metrics and checkpoints: the record is the run's up to `steps` only."""
+    metrics = os.path.join(run_dir, "metrics.jsonl")
+    rows = [json.loads(line) for line in open(metrics)]
+    write_jsonl(metrics, rows + [{**rows[-1], "step": s, "time": {"total": 50.0}} for s in range(4, 23)])
+    r = campaign.build_record(run_dir, "single-s1", "m", "gsm8k/test.jsonl", 500, 2, steps=20)
+    assert r["steps"] == 20 and [p["step"] for p in r["curve"]] == [0, 20] and r["final"]["pass@1"] == 0.31
+    assert r["missing_steps"] == [] and r["steps_done"] == 20 and len(r["train_curve"]["reward_mean"]) == 20
+    assert campaign.build_record(run_dir, "single-s1", "m", "gsm8k/test.jsonl", 500, 2)["steps_done"] == 22
+    with pytest.raises(ValueError, match="lacks the base"):  # nothing evaluated after step 0 by step 2
+        campaign.build_record(run_dir, "single-s1", "m", "gsm8k/test.jsonl", 500, 2, steps=19)
+
+
 def test_names_and_skipping(tmp_path, capsys):
     assert campaign.parse_name("voting-ip-merged-s12") == ("voting-ip-merged", 12)
     for bad in ("voting-s0", "single", "single-sx"):
