@@ -342,3 +342,18 @@ def test_breakdown_parts_add_up_and_counts_fit_the_loop(tiny, device):
     assert "forward" not in vars(model) and "forward" not in vars(model.get_decoder())
     assert originals == (sampler.draw_fused, sampler.pick, sampler.StaticKV.keep, torch.cuda.graph,
                          torch.cuda.CUDAGraph.replay)
+
+
+def test_sdpa_bench_switches_cudnn_attention_and_runs_the_script(tmp_path):
+    """bench/sdpa.py (issue 15's A/B of cuDNN attention): `on|off SCRIPT ARGS` runs SCRIPT as __main__ with its own
+    argv and cuDNN attention allowed or disabled (a setting CPU builds keep too); `probe` measures on a GPU only."""
+    script, out = tmp_path / "show.py", tmp_path / "out.txt"
+    script.write_text("import sys, torch\nopen(sys.argv[1], 'a').write(f'{sys.argv} "
+                      "{torch.backends.cuda.cudnn_sdp_enabled()}\\n')\n")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for mode in ("off", "on"):
+        subprocess.run([sys.executable, os.path.join(root, "bench", "sdpa.py"), mode, str(script), str(out)], check=True)
+    assert out.read_text().splitlines() == [f"['{script}', '{out}'] False", f"['{script}', '{out}'] True"]
+    if torch.cuda.is_available():  # on the GPU machine: the probe runs through (its numbers are for docs/benchmarks.md)
+        from bench import sdpa
+        sdpa.probe(14, 2, 64)

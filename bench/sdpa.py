@@ -1,0 +1,109 @@
+"""Issue 15: what PyTorch's cuDNN attention costs on shapes the process has not seen, and what whole steps do without it.
+
+cuDNN's fused attention builds an execution plan for every new shape (public reports: 0.2-0.5 s per shape, forward
+and backward each), and PyTorch may pick it first on Hopper. This project meets new shapes all the time: the
+sampler's decode attention is masked (`sampler.gqa_attention`) with a new batch size after each compaction and a
+new attended length per bucket and per call; the update's forwards have a new padded length per micro-batch
+(causal, no mask). Short-output calls costing seconds (`docs/benchmarks.md`: an evaluator call writing 5 tokens per
+row took 2.5 s) would fit that. This script measures it; it changes nothing in the project.
+
+    python bench/sdpa.py probe [--dims 14,2,64]   # SDPA on new shapes, cuDNN allowed vs not: first call, repeat, kernel
+    python bench/sdpa.py on|off SCRIPT [ARGS...]  # run SCRIPT (train.py, bench/sampler.py, ...) as __main__ with
+                                                  # cuDNN attention allowed (today's default) or disabled
+
+`probe` times, for each backend setting and on shapes new to the process (each setting its own set): the masked
+decode attention the sampler runs (B rows, the query heads folded per key/value head, a bool mask over L cached slots,
+keys and values as slices of a longer buffer) and the causal forward + backward of the update (B rows of L tokens).
+For each: the mean first call over the shapes, the mean second call, and the attention kernel a profiler saw. The
+A/B of whole steps: `python bench/sdpa.py on train.py ...` and `... off train.py ...` one after the other, each alone
+on the GPU, then `python bench/steps.py RUN_ON RUN_OFF`.
+Left out: the CPU (no cuDNN there: `probe` says so and stops), other attention libraries.
+"""
+import os
+import runpy
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def timed(fn):
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t) * 1e3
+
+
+def attention_kernel(fn):
+    """The name of the longest-running GPU kernel of one call whose name looks like attention (or the longest)."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    events = sorted(prof.key_averages(), key=lambda e: -(getattr(e, "device_time_total", None) or e.cuda_time_total))
+    pick = [e for e in events if any(w in e.key.lower() for w in ("attn", "attention", "fmha", "flash", "cudnn", "sdpa"))]
+    return (pick or events)[0].key[:90] if pick or events else "no kernel seen"
+
+
+def decode_case(B, L, H, Hkv, D):
+    """The sampler's decode attention at B rows and L attended slots (sampler.gqa_attention's call)."""
+    g = H // Hkv
+    q = torch.randn(B, Hkv, g, D, device="cuda", dtype=torch.bfloat16)
+    buf = torch.randn(2, B, Hkv, L + 256, D, device="cuda", dtype=torch.bfloat16)  # the cache is longer than read
+    k, v = buf[0][:, :, :L], buf[1][:, :, :L]
+    mask = (torch.rand(B, 1, 1, L, device="cuda") > 0.1).expand(B, 1, g, L)
+    return lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=D ** -0.5)
+
+
+def train_case(B, L, H, Hkv, D):
+    """The update's attention at B rows of L tokens: causal, no mask, forward and backward (HF repeats kv heads)."""
+    q, k, v = (torch.randn(B, H, L, D, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    return lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward()
+
+
+def probe(H, Hkv, D):
+    if not torch.cuda.is_available():
+        print("probe: no CUDA device here (cuDNN attention is a GPU backend); nothing measured")
+        return
+    print(f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, {torch.cuda.get_device_name()}, "
+          f"SDPA priority order {torch._C._get_sdp_priority_order()} (0 math, 1 flash, 2 efficient, 3 cuDNN), "
+          f"heads {H} / kv heads {Hkv} / head dim {D}")
+    decode_shapes = [(128, 640), (97, 768), (61, 896), (45, 1024), (23, 1152), (12, 640), (5, 768), (3, 896), (1, 1024)]
+    train_shapes = [(4, 1999), (6, 1501), (9, 1203), (13, 877), (17, 701), (24, 509), (33, 397), (48, 263)]
+    for name, case, shapes in (("decode (masked)", decode_case, decode_shapes),
+                               ("update (causal, fwd + bwd)", train_case, train_shapes)):
+        for allowed in (True, False):
+            torch.backends.cuda.enable_cudnn_sdp(allowed)
+            first, second = [], []
+            timed(case(2, 100 + (0 if allowed else 7), H, Hkv, D))  # lazy initialisation stays out of the timings
+            for B, L in shapes:  # each setting its own new shapes: L + 7 for the second, so no plan is reused
+                fn = case(B, L + (0 if allowed else 7), H, Hkv, D)
+                first.append(timed(fn))
+                second.append(timed(fn))
+            print(f"{name:28s} cuDNN {'allowed ' if allowed else 'disabled'}: first call {statistics.mean(first):8.2f} ms, "
+                  f"repeat {statistics.mean(second):7.3f} ms (means over {len(shapes)} new shapes; first calls "
+                  f"{min(first):.1f}-{max(first):.1f} ms); kernel: {attention_kernel(fn)}")
+    torch.backends.cuda.enable_cudnn_sdp(True)
+
+
+def main(argv):
+    if argv[:1] == ["probe"]:
+        dims = argv[argv.index("--dims") + 1] if "--dims" in argv else "14,2,64"  # Qwen2.5-0.5B; 1.5B: 12,2,128
+        probe(*map(int, dims.split(",")))
+    elif len(argv) >= 2 and argv[0] in ("on", "off"):
+        torch.backends.cuda.enable_cudnn_sdp(argv[0] == "on")
+        print(f"bench/sdpa.py: cuDNN attention {'allowed' if argv[0] == 'on' else 'disabled'} for {argv[1]}", flush=True)
+        sys.argv = argv[1:]
+        sys.path.insert(0, os.path.dirname(os.path.abspath(argv[1])))
+        runpy.run_path(argv[1], run_name="__main__")
+    else:
+        sys.exit("usage: python bench/sdpa.py probe [--dims H,HKV,D] | on|off SCRIPT [ARGS...]")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
