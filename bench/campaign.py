@@ -188,10 +188,13 @@ def difference(a, b, n, same_problems=True):
 
 def judge_point(step, diagnostics):
     """The judging role at one evaluated step, from eval.py's diagnostics (None without a judge): Voting, the share
-    of the aggregator's picks that fell back to solution 1 (no number in its reply); Eval-Opt, the shares of the
-    evaluator's verdicts that approve and that are unparseable (its collapse so far: never approving)."""
+    of the aggregator's picks that fell back to solution 1 (no number in its reply), with its pick accuracy (right
+    picks when some candidate was right) and the voters' accuracy where eval.py gives them (a blind pick scores
+    about candidate_accuracy / P(some candidate right)); Eval-Opt, the shares of the evaluator's verdicts that
+    approve and that are unparseable (its collapse so far: never approving)."""
     if (a := diagnostics.get("aggregator")) and a.get("picks"):
-        return {"step": step, "default_picks": a["default_picks"] / a["picks"]}
+        return {"step": step, "default_picks": a["default_picks"] / a["picks"],
+                **{k: a[k] for k in ("pick_accuracy", "candidate_accuracy") if k in a}}
     e = diagnostics.get("evaluator") or {}
     if n := sum(e.get(k, 0) for k in ("approved_right", "approved_wrong", "rejected_right", "rejected_wrong")):
         return {"step": step, "approved": (e["approved_right"] + e["approved_wrong"]) / n,
@@ -208,18 +211,18 @@ def judge_curve(r):
 def build_record(run_dir, name, model_name, eval_data, eval_problems, eval_n, extra=None, steps=None):
     """One campaign record from a finished run folder: its config.json, metrics.jsonl and the eval.jsonl
     lines with these evaluation settings (one per step; a later line for a step wins). `steps`: the step the
-    run was trained to (default config.json's, which a resume with a smaller --steps leaves as it was); what the
-    folder holds past it (a training process left running past the stop) is not the run's and stays out."""
+    run was trained to (default config.json's, which a resume asking for no more steps than its checkpoint has
+    leaves as it was); what the folder holds past it (a training process left running past the stop) stays out."""
     with open(os.path.join(run_dir, "config.json")) as f:
         config = json.load(f)
-    steps = steps or config["steps"]
-    evals = {s: r for s, r in evals_for(run_dir, eval_data, eval_problems, eval_n).items() if s <= steps}
+    steps = config.get("steps") if steps is None else steps
+    evals = {s: r for s, r in evals_for(run_dir, eval_data, eval_problems, eval_n).items() if steps is None or s <= steps}
     if 0 not in evals or len(evals) < 2:
         raise ValueError(f"{run_dir}: eval.jsonl lacks the base or every checkpoint for these settings")
     curve = [point(s, r) for s, r in sorted(evals.items())]
     peak = max(curve, key=lambda p: p["pass@1"])  # the earliest step wins a tie
     metrics = [m for m in {m["step"]: m for m in read_jsonl(os.path.join(run_dir, "metrics.jsonl"))}.values()
-               if m["step"] <= steps]
+               if steps is None or m["step"] <= steps]
     # the checkpoints the run should have (every save_every steps and its last step) without an evaluation
     last, every = max((m["step"] for m in metrics), default=0), config.get("save_every") or 0
     should = {*range(every, last + 1, every), last} - {0} if every > 0 else {last} - {0}
@@ -468,7 +471,7 @@ def locked_job(job, gpu, args, lock):
             job["phase"] = f"FAILED in eval (see {log.name})"
             return
         job["eval_wall_s"] = round(time.time() - t0)  # after training: the wait for a running one included
-        last = max(checkpoint_steps(d), default=0)
+        last = max((s for s in checkpoint_steps(d) if s <= target), default=0)  # not a later one left behind
         with open(os.path.join(d, "config.json")) as f:
             tokens = str(json.load(f)["max_new_tokens"])  # the run's tokens per call, for its transfers
         for w in [w for w in args.transfer if job["config"] == "single" and not args.until]:

@@ -1,20 +1,24 @@
 """Issue 15: what PyTorch's cuDNN attention costs on shapes the process has not seen, and what whole steps do without it.
 
-cuDNN's fused attention builds an execution plan for every new shape (public reports: 0.2-0.5 s per shape, forward
-and backward each), and PyTorch may pick it first on Hopper. This project meets new shapes all the time: the
-sampler's decode attention is masked (`sampler.gqa_attention`) with a new batch size after each compaction and a
-new attended length per bucket and per call; the update's forwards have a new padded length per micro-batch
-(causal, no mask). Short-output calls costing seconds (`docs/benchmarks.md`: an evaluator call writing 5 tokens per
+cuDNN's fused attention builds an execution plan for every shape it has not seen (public reports: ~0.4 s on an H20,
+0.44 s forward and 0.55 s backward on a B200), and PyTorch may pick it first on Hopper. This project often meets
+shapes a process has not seen: the sampler's decode attention is masked (`sampler.gqa_attention`), its batch size
+after a compaction is whatever number of rows is still running, and its attended length follows each call's prompts;
+the update's forwards (causal, no mask) have a padded length per micro-batch. Short-output calls costing seconds (`docs/benchmarks.md`: an evaluator call writing 5 tokens per
 row took 2.5 s) would fit that. This script measures it; it changes nothing in the project.
 
     python bench/sdpa.py probe [--dims 14,2,64]   # SDPA on new shapes, cuDNN allowed vs not: first call, repeat, kernel
     python bench/sdpa.py on|off SCRIPT [ARGS...]  # run SCRIPT (train.py, bench/sampler.py, ...) as __main__ with
-                                                  # cuDNN attention allowed (today's default) or disabled
+                                                  # cuDNN attention allowed (today's default) or disabled (in this
+                                                  # process only: not in processes SCRIPT starts)
 
-`probe` times, for each backend setting and on shapes new to the process (each setting its own set): the masked
-decode attention the sampler runs (B rows, the query heads folded per key/value head, a bool mask over L cached slots,
-keys and values as slices of a longer buffer) and the causal forward + backward of the update (B rows of L tokens).
-For each: the mean first call over the shapes, the mean second call, and the attention kernel a profiler saw. The
+`probe` times, for each backend setting and on shapes new to the process: the masked decode attention the sampler
+runs (B rows, the query heads folded per key/value head, a bool mask over L cached slots, L a multiple of 128 as the
+sampler's buckets, keys and values as slices of a longer buffer) and the causal forward + backward of the update (B
+rows of L tokens, key/value heads not repeated: transformers passes enable_gqa when there is no mask). Two rounds,
+the settings in opposite orders, each setting of each round with the same lengths and batch sizes one row larger than
+the last's (new shapes, nearly the same work). For each: the mean first call, the mean second call, and the kernel a
+profiler saw at the first shape. The
 A/B of whole steps: `python bench/sdpa.py on train.py ...` and `... off train.py ...` one after the other, each alone
 on the GPU, then `python bench/steps.py RUN_ON RUN_OFF`.
 Left out: the CPU (no cuDNN there: `probe` says so and stops), other attention libraries.
@@ -45,7 +49,7 @@ def attention_kernel(fn):
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         fn()
         torch.cuda.synchronize()
-    events = sorted(prof.key_averages(), key=lambda e: -(getattr(e, "device_time_total", None) or e.cuda_time_total))
+    events = sorted(prof.key_averages(), key=lambda e: -(getattr(e, "device_time_total", 0) or e.cpu_time_total))
     pick = [e for e in events if any(w in e.key.lower() for w in ("attn", "attention", "fmha", "flash", "cudnn", "sdpa"))]
     return (pick or events)[0].key[:90] if pick or events else "no kernel seen"
 
@@ -61,9 +65,11 @@ def decode_case(B, L, H, Hkv, D):
 
 
 def train_case(B, L, H, Hkv, D):
-    """The update's attention at B rows of L tokens: causal, no mask, forward and backward (HF repeats kv heads)."""
-    q, k, v = (torch.randn(B, H, L, D, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
-    return lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward()
+    """The update's attention at B rows of L tokens: causal, no mask, forward and backward; the key/value heads are
+    not repeated (with no mask transformers' SDPA attention passes enable_gqa)."""
+    q = torch.randn(B, H, L, D, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    k, v = (torch.randn(B, Hkv, L, D, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(2))
+    return lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True).sum().backward()
 
 
 def probe(H, Hkv, D):
@@ -77,17 +83,16 @@ def probe(H, Hkv, D):
     train_shapes = [(4, 1999), (6, 1501), (9, 1203), (13, 877), (17, 701), (24, 509), (33, 397), (48, 263)]
     for name, case, shapes in (("decode (masked)", decode_case, decode_shapes),
                                ("update (causal, fwd + bwd)", train_case, train_shapes)):
-        for allowed in (True, False):
+        for more, allowed in enumerate((True, False, False, True)):  # B + more: shapes no earlier setting met
             torch.backends.cuda.enable_cudnn_sdp(allowed)
-            first, second = [], []
-            timed(case(2, 100 + (0 if allowed else 7), H, Hkv, D))  # lazy initialisation stays out of the timings
-            for B, L in shapes:  # each setting its own new shapes: L + 7 for the second, so no plan is reused
-                fn = case(B, L + (0 if allowed else 7), H, Hkv, D)
+            timed(case(2 + more, 100, H, Hkv, D))  # lazy initialisation stays out of the timings
+            first, second, fns = [], [], [case(B + more, L, H, Hkv, D) for B, L in shapes]
+            for fn in fns:
                 first.append(timed(fn))
                 second.append(timed(fn))
             print(f"{name:28s} cuDNN {'allowed ' if allowed else 'disabled'}: first call {statistics.mean(first):8.2f} ms, "
                   f"repeat {statistics.mean(second):7.3f} ms (means over {len(shapes)} new shapes; first calls "
-                  f"{min(first):.1f}-{max(first):.1f} ms); kernel: {attention_kernel(fn)}")
+                  f"{min(first):.1f}-{max(first):.1f} ms); kernel at the first shape: {attention_kernel(fns[0])}")
     torch.backends.cuda.enable_cudnn_sdp(True)
 
 

@@ -274,12 +274,16 @@ MUTANTS = [
     ("campaign-entropy-none-as-zero", "bench/campaign.py", "build_record", '[None if (e := m["roles"]', '[0 if (e := m["roles"]',
      ids("test_campaign.py", "test_record_from_a_run_folder")),
     # a record is the run's up to the step it was trained to, not what a process left running wrote after it
-    ("campaign-record-metrics-past-its-steps", "bench/campaign.py", "build_record", 'if m["step"] <= steps]', "]",
+    ("campaign-record-metrics-past-its-steps", "bench/campaign.py", "build_record", 'or m["step"] <= steps]', "or True]",
      ids("test_campaign.py", "test_record_stops_at_the_step_the_run_was_trained_to")),
-    ("campaign-record-evals-past-its-steps", "bench/campaign.py", "build_record", ".items() if s <= steps}", ".items()}",
+    ("campaign-record-evals-past-its-steps", "bench/campaign.py", "build_record", "or s <= steps}", "or True}",
      ids("test_campaign.py", "test_record_stops_at_the_step_the_run_was_trained_to")),
     ("campaign-record-steps-from-config", "bench/campaign.py", "build_record", '"steps": steps,', "",
      ids("test_campaign.py", "test_record_stops_at_the_step_the_run_was_trained_to")),
+    ("campaign-transfer-of-a-later-checkpoint", "bench/campaign.py", "locked_job", "if s <= target), default=0)",
+     "), default=0)", ids("test_campaign.py", "test_a_left_over_later_checkpoint_is_not_the_runs")),
+    ("campaign-judge-drops-pick-accuracy", "bench/campaign.py", "judge_point", '("pick_accuracy", "candidate_accuracy")',
+     '()', ids("test_campaign.py", "test_judge_curve_and_its_panel")),
     # paired differences (two checkpoints on the same problems): per-problem counts kept, used, in order
     ("campaign-never-paired", "bench/campaign.py", "difference", "> 1:", "> 10 ** 9:",
      ids("test_campaign.py", "test_paired_differences_table_and_compare")),

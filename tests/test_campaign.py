@@ -85,7 +85,7 @@ def test_record_stops_at_the_step_the_run_was_trained_to(run_dir):
     assert r["steps"] == 20 and [p["step"] for p in r["curve"]] == [0, 20] and r["final"]["pass@1"] == 0.31
     assert r["missing_steps"] == [] and r["steps_done"] == 20 and len(r["train_curve"]["reward_mean"]) == 20
     assert campaign.build_record(run_dir, "single-s1", "m", "gsm8k/test.jsonl", 500, 2)["steps_done"] == 22
-    with pytest.raises(ValueError, match="lacks the base"):  # nothing evaluated after step 0 by step 2
+    with pytest.raises(ValueError, match="lacks the base"):  # nothing evaluated after step 0 by step 19
         campaign.build_record(run_dir, "single-s1", "m", "gsm8k/test.jsonl", 500, 2, steps=19)
 
 
@@ -133,6 +133,9 @@ def test_judge_curve_and_its_panel(run_dir, tmp_path):
     """judge_point by hand (Voting: default picks / picks; Eval-Opt: approving and unparseable verdicts / verdicts;
     no judge: None); build_record keeps one per evaluated step with a judge; the judges figure gets a third panel."""
     assert campaign.judge_point(20, {"aggregator": {"picks": 8, "default_picks": 2}}) == {"step": 20, "default_picks": 0.25}
+    assert campaign.judge_point(20, {"aggregator": {"picks": 8, "default_picks": 2, "pick_accuracy": 0.7,
+                                                    "candidate_accuracy": 0.5, "picked_right": 7}}) == \
+        {"step": 20, "default_picks": 0.25, "pick_accuracy": 0.7, "candidate_accuracy": 0.5}
     verdicts = {"approved_right": 1, "approved_wrong": 2, "rejected_right": 3, "rejected_wrong": 4, "unparseable": 5}
     assert campaign.judge_point(0, {"evaluator": verdicts}) == {"step": 0, "approved": 0.3, "unparseable": 0.5}
     assert campaign.judge_point(0, {"roles": {}}) is campaign.judge_point(0, {"aggregator": {"picks": 0}}) is None
@@ -487,6 +490,21 @@ def test_transfers_of_a_single_cell(tmp_path, fake, capsys):
     assert not [c for c in world.cmds if c[2] == campaign.TRANSFER_EVAL]
     assert "no transfer into voting: the built-in held-out problems of seed 1" in open(
         tmp_path / "runs" / "logs" / "single-s1.log").read()
+
+
+def test_a_left_over_later_checkpoint_is_not_the_runs(tmp_path, fake):
+    """A cell finished at fewer steps than a checkpoint left in its folder (a process that trained on past the stop):
+    the record ends at the cell's own last step, and its transfer takes that step's adapter, not the later one."""
+    d = tmp_path / "runs" / "single-s0"
+    fake()
+    campaign_main(tmp_path, "--until", "2", steps=6)
+    (d / "step_000004").mkdir()
+    world = fake()
+    assert campaign_main(tmp_path, "--transfer", "voting", steps=2) == 0
+    [t] = [c for c in world.cmds if c[1:3] == ["-c", campaign.TRANSFER_EVAL]]
+    assert t[t.index("--adapters") + 1] == str(d / "step_000002")
+    [r] = campaign.read_jsonl(tmp_path / "c.jsonl")
+    assert r["steps"] == 2 and r["final"]["step"] == 2 and r["transfers"]["voting"]["step"] == 2
 
 
 def test_until_resumes_a_run_with_a_checkpoint(tmp_path, fake):

@@ -351,9 +351,16 @@ def test_sdpa_bench_switches_cudnn_attention_and_runs_the_script(tmp_path):
     script.write_text("import sys, torch\nopen(sys.argv[1], 'a').write(f'{sys.argv} "
                       "{torch.backends.cuda.cudnn_sdp_enabled()}\\n')\n")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    for mode in ("off", "on"):
-        subprocess.run([sys.executable, os.path.join(root, "bench", "sdpa.py"), mode, str(script), str(out)], check=True)
+    subprocess.run([sys.executable, os.path.join(root, "bench", "sdpa.py"), "off", str(script), str(out)], check=True)
+    from bench import sdpa
+    argv, path, was = sys.argv, list(sys.path), torch.backends.cuda.cudnn_sdp_enabled()
+    try:
+        torch.backends.cuda.enable_cudnn_sdp(False)  # "on" must switch it on, not find it on
+        sdpa.main(["on", str(script), str(out)])
+    finally:
+        sys.argv, sys.path[:] = argv, path
+        torch.backends.cuda.enable_cudnn_sdp(was)
     assert out.read_text().splitlines() == [f"['{script}', '{out}'] False", f"['{script}', '{out}'] True"]
     if torch.cuda.is_available():  # on the GPU machine: the probe runs through (its numbers are for docs/benchmarks.md)
-        from bench import sdpa
         sdpa.probe(14, 2, 64)
+        assert torch.backends.cuda.cudnn_sdp_enabled()  # left as it found it
