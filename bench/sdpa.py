@@ -77,7 +77,6 @@ def probe(H, Hkv, D):
         print("probe: no CUDA device here (cuDNN attention is a GPU backend); nothing measured")
         return
     print(f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, {torch.cuda.get_device_name()}, "
-          f"SDPA priority order {torch._C._get_sdp_priority_order()} (0 math, 1 flash, 2 efficient, 3 cuDNN), "
           f"heads {H} / kv heads {Hkv} / head dim {D}")
     decode_shapes = [(128, 640), (97, 768), (61, 896), (45, 1024), (23, 1152), (12, 640), (5, 768), (3, 896), (1, 1024)]
     train_shapes = [(4, 1999), (6, 1501), (9, 1203), (13, 877), (17, 701), (24, 509), (33, 397), (48, 263)]
@@ -94,6 +93,9 @@ def probe(H, Hkv, D):
                   f"repeat {statistics.mean(second):7.3f} ms (means over {len(shapes)} new shapes; first calls "
                   f"{min(first):.1f}-{max(first):.1f} ms); kernel at the first shape: {attention_kernel(fns[0])}")
     torch.backends.cuda.enable_cudnn_sdp(True)
+    # set on the first SDPA call: recent PyTorch puts cuDNN first on sm90 / sm100 (unless TORCH_CUDNN_SDPA_DEPRIORITIZED)
+    print(f"SDPA priority order after these calls: {torch._C._get_sdp_priority_order()} (0 math, 1 flash, "
+          "2 efficient, 3 cuDNN)")
 
 
 def main(argv):
