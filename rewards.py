@@ -506,11 +506,14 @@ def degenerate(completion: str, task: str) -> bool:
 # ----------------------------------------------------------------------------------------------- code
 
 _CHECK = re.compile(r"(?m)^def check\(")  # HumanEval's tests: a top-level check(candidate), called on the entry point
-_FENCE = re.compile(r"```[ \t]*([\w+.#-]*)[^\n]*\n(.*?)```", re.S)
+_FENCE = re.compile(r"^[ \t]*```[ \t]*([\w+.#-]*)[^\n]*\n(.*?)```", re.S | re.M)  # a block opens at a line's start
 
 
 def extract_code(completion: str) -> str | None:
-    """The last ```python block, else the last fenced block of any language; None if there is none."""
+    """The last ```python block, else the last fenced block of any language; None if there is none. A fence opens a
+    block only at the start of a line (after spaces, as in Markdown): ```py written inside a sentence is no block, so
+    prose after the solution that quotes a fence cannot replace it (the thirty-first review found that scoring correct
+    solutions 0)."""
     blocks = _FENCE.findall(completion)
     code = ([c for lang, c in blocks if lang.lower() in ("python", "py", "python3")] or [c for _, c in blocks]
             or [None])[-1]
@@ -1063,6 +1066,8 @@ def grade(completions: list[str], problems: list[dict], max_workers: int | None 
     # calibrated, a listener passed 18-20/20 with one program between, 8/10 with seven (twenty-eighth review). Closing
     # it needs start times that do not depend on earlier ends (slots of the time limit: ~6 s per program of a problem,
     # ~48 s a call for groups of 8): too slow for training, so left open (README, "The serial order")
+    # "One problem" is one test text: problems asking the same under other names or formatting (MBPP 600 / 820 and 736 /
+    # 786 in its training part) can run at once, open to the CPU channel above (thirty-first review; not exploited, rare)
     same: dict = {}  # the code items' indices by their tests
     [same.setdefault(json.dumps([p.get("test_code"), p.get("io_tests")], default=str), []).append(i)
      for i, p in enumerate(problems) if p["task"] == "code"]

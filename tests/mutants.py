@@ -202,6 +202,7 @@ MUTANTS = [
      "for ep in episodes for t in ep.turns if t.role in rewarded and t.reward == 1", EXTENDING),
     # rewards.py (concepts that outlive the rewrite in progress; patterns may need updating)
     ("extract-code-first-block", "rewards.py", "extract_code", "or [None])[-1]", "or [None])[0]", REWARDS),
+    ("extract-code-inline-fence", "rewards.py", "_FENCE", 'r"^[ \\t]*```', 'r"```', REWARDS),
     ("io-test-output-not-compared", "rewards.py", "code_check",
      'lines(r.stdout) != lines(out)', "False", REWARDS),
     ("last-boxed-takes-first-box", "rewards.py", "last_boxed",

@@ -228,6 +228,10 @@ def test_extract_code():
     assert R.extract_code("```\nc = 3\n```") == "c = 3\n"
     assert R.extract_code("def f(): pass") is None
     assert R.extract_code("```python\ndef f(): pass") is None  # truncated: no closing fence
+    # a fence opens only at a line's start (after spaces): an inline ```py in the prose after the solution is no block
+    prose = "```python\ndef f():\n    return 1\n```\nTo test it, run ```py\nf()``` in a shell."
+    assert R.extract_code(prose) == "def f():\n    return 1\n"
+    assert R.extract_code("1. The code:\n   ```python\n   x = 1\n   ```\n") == "   x = 1\n   "  # indented: as before
 
 
 def test_code_pass_fail_and_statuses():
