@@ -4,8 +4,9 @@ cuDNN's fused attention builds an execution plan for every shape it has not seen
 0.44 s forward and 0.55 s backward on a B200), and PyTorch may pick it first on Hopper. This project often meets
 shapes a process has not seen: the sampler's decode attention is masked (`sampler.gqa_attention`), its batch size
 after a compaction is whatever number of rows is still running, and its attended length follows each call's prompts;
-the update's forwards (causal, no mask) have a padded length per micro-batch. Short-output calls costing seconds (`docs/benchmarks.md`: an evaluator call writing 5 tokens per
-row took 2.5 s) would fit that. This script measures it; it changes nothing in the project.
+the update's forwards (causal, no mask) have a padded length per micro-batch. Short-output calls costing seconds
+(`docs/benchmarks.md`: an evaluator call writing 5 tokens per row took 2.5 s) would fit that. This script measures
+it; it changes nothing in the project.
 
     python bench/sdpa.py probe [--dims 14,2,64]   # SDPA on new shapes, cuDNN allowed vs not: first call, repeat, kernel
     python bench/sdpa.py on|off SCRIPT [ARGS...]  # run SCRIPT (train.py, bench/sampler.py, ...) as __main__ with
@@ -18,8 +19,7 @@ sampler's buckets, keys and values as slices of a longer buffer) and the causal 
 rows of L tokens, key/value heads not repeated: transformers passes enable_gqa when there is no mask). Two rounds,
 the settings in opposite orders, each setting of each round with the same lengths and batch sizes one row larger than
 the last's (new shapes, nearly the same work). For each: the mean first call, the mean second call, and the kernel a
-profiler saw at the first shape. The
-A/B of whole steps: `python bench/sdpa.py on train.py ...` and `... off train.py ...` one after the other, each alone
+profiler saw at the first shape. The A/B of whole steps: `python bench/sdpa.py on train.py ...` and `... off train.py ...` one after the other, each alone
 on the GPU, then `python bench/steps.py RUN_ON RUN_OFF`.
 Left out: the CPU (no cuDNN there: `probe` says so and stops), other attention libraries.
 """
