@@ -124,7 +124,7 @@ def completion_logprobs(model, prompts, completions, temperature=1.0, chunk_toke
     # No attention mask: with right padding, causal attention already keeps every real token from
     # seeing the pads after it, and without an explicit mask SDPA runs its fused causal kernels
     # instead of materialising (rows, heads, L, L) attention weights for backward.
-    hidden = model.base_model(input_ids=ids.to(device)).last_hidden_state
+    hidden = model.base_model(input_ids=ids.to(device), use_cache=False).last_hidden_state  # no cache kept
     hidden = hidden[torch.tensor(rows, device=device), torch.tensor(cols, device=device)]  # (N, H)
     targets, head = torch.tensor(targets, device=device), output_head(model)
     # with grad on, each chunk runs under checkpoint: its (N, V) logits are recomputed in backward, not kept

@@ -121,7 +121,9 @@ def load_model(spec=TINY, device=None, dtype=None):
     if tok.pad_token_id is None:  # left padding needs a pad id; it is always masked out
         tok.pad_token = tok.eos_token
     model.to(device).eval().requires_grad_(False)
-    model.config.use_cache = True
+    # PyTorch tries cuDNN attention first on Hopper, and it builds a plan for every shape new to the process (~0.1 s a
+    # forward + backward; the update meets new lengths every micro-batch): flash / memory-efficient instead
+    torch.backends.cuda.enable_cudnn_sdp(False)  # (docs/benchmarks.md: the update ~30% faster, the rollout even)
     return model, tok
 
 

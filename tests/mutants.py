@@ -75,6 +75,8 @@ REWARDS_SANDBOX = ids("test_rewards.py", "test_adversary_always_equal_objects", 
 # (name, file, function, pattern -> replacement, tests). The first eight are the bugs of issue 19
 # that the suite used to pass.
 MUTANTS = [
+    ("cudnn-attention-left-on", "models.py", "load_model", "enable_cudnn_sdp(False)", "enable_cudnn_sdp(True)",
+     ids("test_models.py", "test_load_model_turns_cudnn_attention_off")),
     ("update-uses-minus-advantage", "train.py", "role_backward",
      "per_token([adv[i] for i in mb])", "per_token([-adv[i] for i in mb])", TRAIN),
     ("logprobs-ignore-temperature", "grpo.py", "_chunk_logprobs",

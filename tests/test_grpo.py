@@ -277,3 +277,34 @@ def test_check_logits_refuses_unknown_post_processing(tiny):
     model.config.final_logit_softcapping = 2.0
     with pytest.raises(ValueError, match="post-processes the logits"):
         grpo.check_logits(model)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_update_logprobs_and_gradient_do_not_depend_on_the_attention_backend():
+    """load_model turns cuDNN attention off (flash / memory-efficient run instead): the same math, so the update's
+    log-probs and LoRA gradient agree with cuDNN's in bf16 up to rounding."""
+    from models import load_model
+    model, tok = load_model("tiny", device="cuda")
+    prompts = [chat_ids(tok, t) for t in ["Add 2 and 3.", "Count to five, please", "def f(x):"]]
+    comps = [list(range(40, 40 + n)) for n in (30, 7, 55)]
+    lora.add_adapter(model, "b", rank=4, alpha=8, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        for p in lora.adapter_parameters(model, "b"):
+            p.normal_(0, 0.05)
+    lora.set_adapter(model, "b")
+
+    def run(cudnn):
+        torch.backends.cuda.enable_cudnn_sdp(cudnn)
+        params = lora.adapter_parameters(model, "b")
+        for p in params:
+            p.grad = None
+        lp = torch.cat(grpo.completion_logprobs(model, prompts, comps)[0])
+        lp.sum().backward()
+        return lp.detach().float(), torch.cat([p.grad.flatten().float() for p in params])
+
+    try:
+        (lp_on, g_on), (lp_off, g_off) = run(True), run(False)
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(False)
+    torch.testing.assert_close(lp_off, lp_on, atol=0.05, rtol=0)
+    assert torch.nn.functional.cosine_similarity(g_on, g_off, dim=0) > 0.999

@@ -73,3 +73,16 @@ def test_hub_probe_honours_hf_hub_offline(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(models.socket, "create_connection", lambda *a, **k: pytest.fail("opened a connection"))
     assert models._hub_reachable() is False
+
+
+def test_load_model_turns_cudnn_attention_off():
+    """cuDNN's attention builds a plan for each shape new to the process (docs/benchmarks.md: ~0.1 s a forward +
+    backward on the H200, where PyTorch tries it first); every script loads through load_model, which turns it off."""
+    import torch
+    was = torch.backends.cuda.cudnn_sdp_enabled()
+    try:
+        torch.backends.cuda.enable_cudnn_sdp(True)
+        models.load_model("tiny", device="cpu")
+        assert not torch.backends.cuda.cudnn_sdp_enabled()
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(was)
