@@ -123,7 +123,7 @@ def load_model(spec=TINY, device=None, dtype=None):
     model.to(device).eval().requires_grad_(False)
     # PyTorch tries cuDNN attention first on Hopper, and it builds a plan for every shape new to the process (~0.1 s a
     # forward + backward; the update meets new lengths every micro-batch): flash / memory-efficient instead
-    torch.backends.cuda.enable_cudnn_sdp(False)  # (docs/benchmarks.md: the update ~30% faster, the rollout even)
+    torch.backends.cuda.enable_cudnn_sdp(False)  # docs/benchmarks.md: a row updates in ~30% less time
     return model, tok
 
 

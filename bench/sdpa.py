@@ -10,8 +10,10 @@ it; it changes nothing in the project.
 
     python bench/sdpa.py probe [--dims 14,2,64]   # SDPA on new shapes, cuDNN allowed vs not: first call, repeat, kernel
     python bench/sdpa.py on|off SCRIPT [ARGS...]  # run SCRIPT (train.py, bench/sampler.py, ...) as __main__ with
-                                                  # cuDNN attention allowed (today's default) or disabled (in this
-                                                  # process only: not in processes SCRIPT starts)
+                                                  # cuDNN attention allowed (PyTorch's default, before issue 15) or
+                                                  # disabled (the project's default since: models.load_model), also
+                                                  # after SCRIPT loads a model; in this process only, not in
+                                                  # processes SCRIPT starts
 
 `probe` times, for each backend setting and on shapes new to the process: the masked decode attention the sampler
 runs (B rows, the query heads folded per key/value head, a bool mask over L cached slots, L a multiple of 128 as the
@@ -103,7 +105,10 @@ def main(argv):
         dims = argv[argv.index("--dims") + 1] if "--dims" in argv else "14,2,64"  # Qwen2.5-0.5B; 1.5B: 12,2,128
         probe(*map(int, dims.split(",")))
     elif len(argv) >= 2 and argv[0] in ("on", "off"):
-        torch.backends.cuda.enable_cudnn_sdp(argv[0] == "on")
+        import models  # load_model turns cuDNN attention off (issue 15): set it again after every load
+        load, flag = models.load_model, argv[0] == "on"
+        models.load_model = lambda *a, **kw: (load(*a, **kw), torch.backends.cuda.enable_cudnn_sdp(flag))[0]
+        torch.backends.cuda.enable_cudnn_sdp(flag)
         print(f"bench/sdpa.py: cuDNN attention {'allowed' if argv[0] == 'on' else 'disabled'} for {argv[1]}", flush=True)
         sys.argv = argv[1:]
         sys.path.insert(0, os.path.dirname(os.path.abspath(argv[1])))

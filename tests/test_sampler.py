@@ -346,19 +346,21 @@ def test_breakdown_parts_add_up_and_counts_fit_the_loop(tiny, device):
 
 def test_sdpa_bench_switches_cudnn_attention_and_runs_the_script(tmp_path):
     """bench/sdpa.py (issue 15's A/B of cuDNN attention): `on|off SCRIPT ARGS` runs SCRIPT as __main__ with its own
-    argv and cuDNN attention allowed or disabled (a setting CPU builds keep too); `probe` measures on a GPU only."""
+    argv and cuDNN attention allowed or disabled (a setting CPU builds keep too), also after SCRIPT loads a model
+    (load_model turns it off); `probe` measures on a GPU only."""
     script, out = tmp_path / "show.py", tmp_path / "out.txt"
-    script.write_text("import sys, torch\nopen(sys.argv[1], 'a').write(f'{sys.argv} "
-                      "{torch.backends.cuda.cudnn_sdp_enabled()}\\n')\n")
+    script.write_text("import sys, torch\nfrom models import load_default_model\nload_default_model('tiny', 'cpu')\n"
+                      "open(sys.argv[1], 'a').write(f'{sys.argv} {torch.backends.cuda.cudnn_sdp_enabled()}\\n')\n")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     subprocess.run([sys.executable, os.path.join(root, "bench", "sdpa.py"), "off", str(script), str(out)], check=True)
     from bench import sdpa
-    argv, path, was = sys.argv, list(sys.path), torch.backends.cuda.cudnn_sdp_enabled()
+    import models
+    argv, path, was, load = sys.argv, list(sys.path), torch.backends.cuda.cudnn_sdp_enabled(), models.load_model
     try:
         torch.backends.cuda.enable_cudnn_sdp(False)  # "on" must switch it on, not find it on
         sdpa.main(["on", str(script), str(out)])
     finally:
-        sys.argv, sys.path[:] = argv, path
+        sys.argv, sys.path[:], models.load_model = argv, path, load
         torch.backends.cuda.enable_cudnn_sdp(was)
     assert out.read_text().splitlines() == [f"['{script}', '{out}'] False", f"['{script}', '{out}'] True"]
     if torch.cuda.is_available():  # on the GPU machine: the probe runs through (its numbers are for docs/benchmarks.md)
