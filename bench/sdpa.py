@@ -78,6 +78,7 @@ def probe(H, Hkv, D):
     if not torch.cuda.is_available():
         print("probe: no CUDA device here (cuDNN attention is a GPU backend); nothing measured")
         return
+    was = torch.backends.cuda.cudnn_sdp_enabled()  # restored at the end (load_model turns it off)
     print(f"torch {torch.__version__}, cuDNN {torch.backends.cudnn.version()}, {torch.cuda.get_device_name()}, "
           f"heads {H} / kv heads {Hkv} / head dim {D}")
     decode_shapes = [(128, 640), (97, 768), (61, 896), (45, 1024), (23, 1152), (12, 640), (5, 768), (3, 896), (1, 1024)]
@@ -94,7 +95,7 @@ def probe(H, Hkv, D):
             print(f"{name:28s} cuDNN {'allowed ' if allowed else 'disabled'}: first call {statistics.mean(first):8.2f} ms, "
                   f"repeat {statistics.mean(second):7.3f} ms (means over {len(shapes)} new shapes; first calls "
                   f"{min(first):.1f}-{max(first):.1f} ms); kernel at the first shape: {attention_kernel(fns[0])}")
-    torch.backends.cuda.enable_cudnn_sdp(True)
+    torch.backends.cuda.enable_cudnn_sdp(was)
     # set on the first SDPA call: recent PyTorch puts cuDNN first on sm90 / sm100 (unless TORCH_CUDNN_SDPA_DEPRIORITIZED)
     print(f"SDPA priority order after these calls: {torch._C._get_sdp_priority_order()} (0 math, 1 flash, "
           "2 efficient, 3 cuDNN)")

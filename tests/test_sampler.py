@@ -364,5 +364,9 @@ def test_sdpa_bench_switches_cudnn_attention_and_runs_the_script(tmp_path):
         torch.backends.cuda.enable_cudnn_sdp(was)
     assert out.read_text().splitlines() == [f"['{script}', '{out}'] False", f"['{script}', '{out}'] True"]
     if torch.cuda.is_available():  # on the GPU machine: the probe runs through (its numbers are for docs/benchmarks.md)
-        sdpa.probe(14, 2, 64)
-        assert torch.backends.cuda.cudnn_sdp_enabled()  # left as it found it
+        try:
+            torch.backends.cuda.enable_cudnn_sdp(False)
+            sdpa.probe(14, 2, 64)
+            assert not torch.backends.cuda.cudnn_sdp_enabled()  # left as it found it
+        finally:
+            torch.backends.cuda.enable_cudnn_sdp(was)
