@@ -370,3 +370,28 @@ def test_sdpa_bench_switches_cudnn_attention_and_runs_the_script(tmp_path):
             assert not torch.backends.cuda.cudnn_sdp_enabled()  # left as it found it
         finally:
             torch.backends.cuda.enable_cudnn_sdp(was)
+
+
+def test_lanes_bench_splits_the_work_and_leaves_the_sampler_as_it_was(capsys):
+    """bench/lanes.py (issue 15 item 3's measurement): every prompt in exactly one lane, a capture state per thread,
+    each lane count timed on the same work, and the sampler's capture state and CUDAGraph restored afterwards."""
+    import threading
+    from bench import lanes
+    assert lanes.split(list(range(7)), 3) == [[0, 1, 2], [3, 4], [5, 6]]
+    assert lanes.split(list(range(2)), 3) == [[0], [1], []]
+    per = lanes.PerThread()
+    per.setdefault("dev", "main")
+    seen = []
+    t = threading.Thread(target=lambda: seen.append((per.get("dev"), per.setdefault("dev", "other"))))
+    t.start()
+    t.join()
+    assert seen == [(None, "other")] and per.get("dev") == "main"
+    import sampler as sampler_module
+    capture, graph = sampler_module._CAPTURE, torch.cuda.CUDAGraph
+    lanes.main(["--workflow", "evalopt", "--lora", "4", "--prompts", "3", "--n", "2", "--new-tokens", "6",
+                "--lanes", "1,2", "--repeats", "1"])
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("tiny: 3 prompts x 2, <= 6 new tokens, evalopt per lane, LoRA rank 4 per role")
+    assert out[1].startswith("lanes 1: ") and out[1].endswith("1.00x the 1-lane time")
+    assert out[2].startswith("lanes 2: ") and "x the 1-lane time" in out[2]
+    assert sampler_module._CAPTURE is capture and torch.cuda.CUDAGraph is graph
