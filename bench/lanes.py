@@ -14,10 +14,12 @@ of running rows of different adapters unmerged in one batch.
         --prompts 16 --n 8 --new-tokens 384                           # an Eval-Opt IP step's rollout (no update)
 
 For each K in --lanes the same prompts (problems) are split into K contiguous parts; each lane runs the whole workload on
-its part (one sampler call, or run_workflow) on its own model copy, stream and thread, all started together. Printed per
-K: the wall time (median of --repeats after a warm-up run), the tokens generated, and the time relative to K = 1 (one
-lane: today's one batch). Rows sample at T = --temperature with a seed per lane, so K changes which rows share a batch
-and thus the rounding, and the tokens; compare the token counts too.
+its part (one sampler call, or run_workflow) on its own model copy, stream and thread. Each lane first runs alone, twice
+(a warm-up: compiles, captures; then the reference), then all K run at once --repeats times. Printed per K: the wall
+time at once (median) and one after another, the tokens, whether every lane wrote the same tokens at once as alone
+(the same rows and seed: anything else is lanes corrupting each other), the lane threads' host CPU time (a GIL-bound
+run shows there), and the time relative to K = 1 (one lane: today's one batch). K changes which rows share a batch,
+so the tokens differ between lane counts; compare the token counts too.
 Bench only: for lanes to capture CUDA graphs at once, the sampler's per-process capture state (sampler._CAPTURE) is made
 per thread and graphs are captured in thread-local mode, by patching, for every K alike, undone at the end.
 Left out: the update, grading, and whether the project should adopt lanes (the numbers decide).
@@ -79,24 +81,44 @@ def sync(device):
         torch.cuda.synchronize(device)
 
 
-def run_lanes(models, work, k, device, pool):
-    """work(lane index, model, k) -> tokens generated, for lanes 0..k-1 at once, each in its own thread of `pool` (k
-    threads, kept for all of a lane count's runs, so their capture states and graph pools are reused as one thread's
-    are today) and its own stream. Returns (seconds, tokens)."""
-    streams = [torch.cuda.Stream(device) if device.type == "cuda" else None for _ in range(k)]
+class Lanes:
+    """k lanes, lane i always on its own thread (a one-thread pool each) with its own stream and its own capture side
+    stream (sampler._CAPTURE's entry for that thread, set here). torch.cuda.Stream() hands out one of 32 pooled streams
+    per device in turn, so the 2k streams are taken together, once per lane count, and must be distinct (k <= 16)."""
 
-    def lane(i):
-        with torch.cuda.stream(streams[i]) if streams[i] else contextlib.nullcontext():
-            tokens = work(i, models[i], k)
-        if streams[i]:
-            streams[i].synchronize()
-        return tokens
+    def __init__(self, k, device):
+        if device.type == "cuda" and 2 * k > 32:
+            sys.exit(f"error: {k} lanes need {2 * k} CUDA streams; torch pools 32 per device")
+        self.k, self.device = k, device
+        self.pools = [ThreadPoolExecutor(1) for _ in range(k)]
+        cuda = device.type == "cuda"
+        self.streams = [torch.cuda.Stream(device) if cuda else None for _ in range(k)]
+        sides = [torch.cuda.Stream(device) if cuda else None for _ in range(k)]
+        if cuda:
+            for pool, side in zip(self.pools, sides):
+                pool.submit(lambda side=side: sampler._CAPTURE.setdefault(device, [side, None])).result()
 
-    sync(device)
-    start = time.perf_counter()
-    tokens = sum(pool.map(lane, range(k)))
-    sync(device)
-    return time.perf_counter() - start, tokens
+    def run(self, work, lanes):
+        """work(i, k) -> (tokens, digest), for the lanes given, at once. Returns (seconds, [(tokens, digest, CPU s)])."""
+        def lane(i):
+            cpu = time.thread_time()
+            with torch.cuda.stream(self.streams[i]) if self.streams[i] else contextlib.nullcontext():
+                tokens, digest = work(i, self.k)
+            if self.streams[i]:
+                self.streams[i].synchronize()
+            return tokens, digest, time.thread_time() - cpu
+
+        sync(self.device)
+        start = time.perf_counter()
+        futures = [self.pools[i].submit(lane, i) for i in lanes]
+        out = [f.result() for f in futures]
+        sync(self.device)
+        return time.perf_counter() - start, out
+
+    def close(self):
+        for pool in self.pools:
+            pool.shutdown()
+        sampler._CAPTURE.clear()  # the next lane count's threads start with fresh entries
 
 
 def main(argv=None):
@@ -117,48 +139,62 @@ def main(argv=None):
     if not counts or min(counts) < 1:
         sys.exit(f"error: --lanes {args.lanes}: positive lane counts, e.g. 1,2,4")
 
-    models = []
-    for _ in range(max(counts)):  # a copy per lane: its own weights, adapters and config (the sampler sets the latter)
+    models, toks = [], []
+    for _ in range(max(counts)):  # a copy per lane: its own weights, adapters, config (the sampler sets it) and tokenizer
         model, tok = load_model(args.model)
         if args.lora:
             for role in workflows.WORKFLOWS[args.workflow or "single"].roles:
                 lora.add_adapter(model, role, rank=args.lora, alpha=args.lora / 2,
                                  generator=torch.Generator().manual_seed(0))
         models.append(model)
+        toks.append(tok)
     device = next(models[0].parameters()).device
     problems = (load_problems(args.data, "math") if args.data else builtin_problems("math", "test"))[:args.prompts]
-    stops = stop_ids(models[0], tok)
+    stops = stop_ids(models[0], toks[0])
 
-    def work(i, model, k):
-        part = split(problems, k)[i]
+    def work(i, k):
+        """Lane i of k: its part of the problems, seeded by i. Returns (tokens generated, a digest of all of them)."""
+        model, tok, part = models[i], toks[i], split(problems, k)[i]
         gen = torch.Generator(device=device).manual_seed(i)
         if args.workflow is None:
             out = sampler.sample(model, [chat_ids(tok, q["prompt"]) for q in part], n=args.n,
                                  max_new_tokens=args.new_tokens, temperature=args.temperature, stop_ids=stops,
                                  pad_id=tok.pad_token_id, generator=gen)
-            return sum(len(c.tokens) for c in out)
+            return sum(len(c.tokens) for c in out), hash(tuple(tuple(c.tokens) for c in out))
         roles = workflows.WORKFLOWS[args.workflow].roles
         policy = workflows.make_policy(model, tok, {r: r if args.lora else None for r in roles},
                                        max_new_tokens=args.new_tokens, temperature=args.temperature, generator=gen)
-        workflows.run_workflow(args.workflow, part, args.n, policy, grade=False)
-        return sum(s[2] for s in policy.stages)
+        eps = workflows.run_workflow(args.workflow, part, args.n, policy, grade=False)
+        return sum(s[2] for s in policy.stages), hash(tuple(tuple(t.completion_ids) for e in eps for t in e.turns))
 
     print(f"{args.model}: {len(problems)} prompts x {args.n}, <= {args.new_tokens} new tokens, "
           f"{args.workflow or 'one sampler call'} per lane{f', LoRA rank {args.lora} per role' if args.lora else ''}, "
           f"{device}")
+    if device.type == "cuda":  # Triton specialises an int argument equal to 1 or divisible by 16: compile those now
+        for seed in (1, 16, 17):
+            sampler.draw_fused(torch.zeros(2, 8, device=device, dtype=torch.bfloat16), args.temperature, seed)
     base = None
     with lanes_patched():
         for k in counts:
-            with ThreadPoolExecutor(k) as pool:
-                run_lanes(models, work, k, device, pool)  # warm-up: Triton compiles, first captures
-                runs = [run_lanes(models, work, k, device, pool) for _ in range(args.repeats)]
+            lanes = Lanes(k, device)
+            try:
+                serial = [lanes.run(work, [i]) for i in range(k)]  # warm-up, one lane at a time: compiles, captures
+                serial = [lanes.run(work, [i]) for i in range(k)]  # each lane alone, warm: the reference tokens
+                runs = [lanes.run(work, range(k)) for _ in range(args.repeats)]
+            finally:
+                lanes.close()
+            alone = sum(s for s, _ in serial)
+            ref = [out[0] for _, out in serial]
+            same = all([(t, d) for t, d, _ in out] == [(t, d) for t, d, _ in ref] for _, out in runs)
             median = statistics.median(s for s, _ in runs)
             base = base or (median if k == 1 else None)
             ratio = f", {median / base:.2f}x the 1-lane time" if base else ""
-            print(f"lanes {k}: {median:.3f} s median ({', '.join(f'{s:.3f}' for s, _ in runs)}), "
-                  f"tokens {', '.join(str(t) for _, t in runs)}{ratio}", flush=True)
+            print(f"lanes {k}: {median:.3f} s median at once ({', '.join(f'{s:.3f}' for s, _ in runs)}), "
+                  f"{alone:.3f} s one after another; tokens {sum(t for t, _, _ in ref)}, "
+                  f"{'the same' if same else 'NOT the same'} at once as alone; host CPU "
+                  f"{statistics.median(sum(c for _, _, c in out) for _, out in runs):.3f} s{ratio}", flush=True)
     if device.type == "cuda":
-        print(f"peak GPU memory {torch.cuda.max_memory_allocated(device) / 2**30:.1f} GiB")
+        print(f"peak GPU memory {torch.cuda.max_memory_allocated(device) / 2**30:.1f} GiB (the largest lane count's)")
 
 
 if __name__ == "__main__":

@@ -374,7 +374,8 @@ def test_sdpa_bench_switches_cudnn_attention_and_runs_the_script(tmp_path):
 
 def test_lanes_bench_splits_the_work_and_leaves_the_sampler_as_it_was(capsys):
     """bench/lanes.py (issue 15 item 3's measurement): every prompt in exactly one lane, a capture state per thread,
-    each lane count timed on the same work, and the sampler's capture state and CUDAGraph restored afterwards."""
+    each lane count timed on the same work, every lane writing the same tokens at once as alone, and the sampler's
+    capture state and CUDAGraph restored afterwards."""
     import threading
     from bench import lanes
     assert lanes.split(list(range(7)), 3) == [[0, 1, 2], [3, 4], [5, 6]]
@@ -394,4 +395,5 @@ def test_lanes_bench_splits_the_work_and_leaves_the_sampler_as_it_was(capsys):
     assert out[0].startswith("tiny: 3 prompts x 2, <= 6 new tokens, evalopt per lane, LoRA rank 4 per role")
     assert out[1].startswith("lanes 1: ") and out[1].endswith("1.00x the 1-lane time")
     assert out[2].startswith("lanes 2: ") and "x the 1-lane time" in out[2]
+    assert all(", the same at once as alone;" in line for line in out[1:3])  # each lane's tokens, at once and alone
     assert sampler_module._CAPTURE is capture and torch.cuda.CUDAGraph is graph
