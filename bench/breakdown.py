@@ -337,6 +337,8 @@ def parse(argv=None):
                    "1500; tiny 100 200)")
     p.add_argument("--temperature", type=float, default=0.7, help="sampling temperature (training's)")
     p.add_argument("--json", default=None, help="also write the records (no completions) to this file")
+    p.add_argument("--fused", action="store_true", help="every call under bench/sampler.py's fused_layers (torch."
+                   "compile'd norms, MLPs, rotary: 16-21%% faster decode steps but 3%% on a whole call; where it goes)")
     args = p.parse_args(argv)
     for k, v in (TINY if args.model == "tiny" else REAL).items():  # unset sizes: the model's defaults
         if getattr(args, k) is None:
@@ -349,7 +351,11 @@ def main(argv=None):
     start = time.perf_counter()
     model, tok = load_model(args.model)
     print(f"model loaded in {time.perf_counter() - start:.1f} s")
-    results = report(model, tok, args)
+    if args.fused:
+        from bench.sampler import fused_layers
+        print("fused_layers on: the model's RMSNorms, MLPs and rotary run torch.compile'd copies in every call")
+    with fused_layers(model) if args.fused else contextlib.nullcontext():
+        results = report(model, tok, args)
     print(f"\nwall time {time.perf_counter() - STARTED:.1f} s since the script started (imports, model load included)")
     if args.json:
         with open(args.json, "w") as f:
