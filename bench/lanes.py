@@ -1,5 +1,6 @@
 """Benchmark for issue 15 item 3, measured before anything is built: do sampler calls overlap on the GPU when several
-run at once, each on its own CUDA stream and host thread ("lanes")?
+run at once, each on its own CUDA stream and host thread ("lanes")? Measured on the H200 (2026-12-03,
+docs/benchmarks.md): no, K lanes at once took 1.14-1.46x the time of one batch of all the rows, so train.py has none.
 
 A rollout stage ends when its longest row ends, and the tail's decode steps with a few rows left cost ~4 ms each
 whatever the row count: the GPU is mostly idle then. If another lane's call fills that time, a step whose episodes
@@ -40,6 +41,7 @@ import lora  # noqa: E402
 import sampler  # noqa: E402
 import workflows  # noqa: E402
 from data import builtin_problems, load_problems  # noqa: E402
+from bench.sampler import sync  # noqa: E402
 from models import chat_ids, load_model, stop_ids  # noqa: E402
 
 
@@ -74,11 +76,6 @@ def split(items, k):
     """items in k contiguous parts, as even as can be (the first ones one longer)."""
     q, r = divmod(len(items), k)
     return [items[i * q + min(i, r):(i + 1) * q + min(i + 1, r)] for i in range(k)]
-
-
-def sync(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 class Lanes:
