@@ -12,6 +12,7 @@ evaluate every checkpoint, append one JSON record per finished run to docs/resul
     python bench/campaign.py single-s0 --model /root/mdl15/hf --model-name Qwen2.5-Coder-1.5B-Instruct
     python bench/campaign.py --plot                                        # one PNG per claim from the file
     python bench/campaign.py --table                                       # the grid table(s), Markdown
+    python bench/campaign.py --record-lost /tmp/x/runs/orchworkers-ip-s0   # a cell lost mid-run -> lost.jsonl
     python bench/campaign.py --compare voting-ip-s0 voting-ip-merged-s0    # two cells step by step, A - B +- se
     python bench/campaign.py --list                                        # the configurations and the grid
 
@@ -69,6 +70,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from data import load_problems, read_jsonl  # noqa: E402  (eval.py's reader: a cut-off last line skipped, warned)
 RESULTS = os.path.join(ROOT, "docs", "results", "campaign.jsonl")
+LOST = os.path.join(ROOT, "docs", "results", "lost.jsonl")  # --record-lost: cells cut off with the machine, kept apart
 # The grid's fixed settings (docs/results.md, "The 0.5B grid"): the same for every run. Constant lr after
 # warm-up: a cosine decay over ~100 steps would shrink the late updates and hide post-peak declines.
 GRID = ["--task", "math", "--problems", "16", "--group", "8", "--max-new-tokens", "384", "--lr", "1e-4",
@@ -500,7 +502,31 @@ def locked_job(job, gpu, args, lock):
 
 
 def key(r):
-    return r["config"], r["seed"], r["model"], r.get("task", "math")
+    """A record's identity: its cell, and for a lost run also when it started (every attempt of a cell is kept)."""
+    return (r["config"], r["seed"], r["model"], r.get("task", "math")) + ((r["lost"]["started"],) if "lost" in r else ())
+
+
+def label(r):
+    """A record's name in tables and figures; a lost run's with when it started and where it was lost."""
+    return r["name"] + (f" (started {r['lost']['started'][:16]}, lost at {r['lost']['trained_to']})" if "lost" in r else "")
+
+
+def lost_record(run_dir, model_name, eval_data, eval_problems, eval_n):
+    """The record of a run the GPU machine took with it mid-run, from the folder detached.sh's poll brought back
+    (runs.tgz: config.json, metrics.jsonl, eval.jsonl, no checkpoint): its curve up to its last evaluated step
+    (`steps`), marked lost: trained_to (its last training step), planned_steps, started (config.json's mtime, which
+    the tar keeps: when train.py began). Commit and GPU are the run's own (config.json's last start)."""
+    with open(os.path.join(run_dir, "config.json")) as f:
+        config = json.load(f)
+    evaluated = set(evals_for(run_dir, eval_data, eval_problems, eval_n))
+    start = (config.get("starts") or [{}])[-1]
+    started = datetime.datetime.fromtimestamp(os.path.getmtime(os.path.join(run_dir, "config.json")),
+                                              datetime.timezone.utc).isoformat(timespec="seconds")
+    trained = max((m["step"] for m in read_jsonl(os.path.join(run_dir, "metrics.jsonl"))), default=0)
+    return build_record(run_dir, os.path.basename(os.path.normpath(run_dir)), model_name, eval_data, eval_problems,
+                        eval_n, {"lost": {"trained_to": trained, "planned_steps": config.get("steps"), "started": started},
+                                 "gpu": start.get("gpu", "unknown"), "git_commit": start.get("commit", "unknown")},
+                        steps=max(evaluated, default=0))
 
 
 def run_name(name, task, model_name):
@@ -547,7 +573,7 @@ def plot(results, out_dir):
     """One PNG per claim and (model, task): held-out pass@1 vs step (± se band), one line per run; beside it each
     run's per-role training entropy (running mean over 5 steps); for the judges, also each run's judge_curve (records
     from commit 2b82164 on; older ones: base, peak and final as points). claim-C1.png for the 0.5B math grid, else
-    claim-C1-MODEL-TASK.png. Claims with no runs yet are skipped."""
+    claim-C1-MODEL-TASK.png; from lost.jsonl, lost-claim-C1.png. Claims with no runs yet are skipped."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -560,23 +586,23 @@ def plot(results, out_dir):
             continue
         judged = claim == "judges" and any(judge_curve(r) for r in runs)
         fig, (a, b, *c) = plt.subplots(1, 3 if judged else 2, figsize=(18 if judged else 12, 4.5))
-        for r in sorted(runs, key=lambda r: r["name"]):
+        for r in sorted(runs, key=label):
             steps, acc, se = (np.array([p[k] for p in r["curve"]]) for k in ("step", "pass@1", "se"))
-            line, = a.plot(steps, acc, marker="o", label=r["name"])
+            line, = a.plot(steps, acc, marker="o", label=label(r))
             a.fill_between(steps, acc - se, acc + se, color=line.get_color(), alpha=0.15)
             old = not r.get("judge_curve")  # an older record: its base, peak and final as points
             for key, style, mark in (("default_picks", "-", "o"), ("approved", "--", "s"), ("unparseable", ":", "x")) \
                     if judged else ():
                 if pts := [(j["step"], j[key]) for j in judge_curve(r) if key in j]:
                     c[0].plot(*zip(*pts), marker=mark, linestyle="none" if old else style, color=line.get_color(),
-                              label=f"{r['name']} {key}" + (" (base, peak, final)" if old else ""))
+                              label=f"{label(r)} {key}" + (" (base, peak, final)" if old else ""))
             for role, ent in r["train_curve"]["entropy"].items():
                 x = np.array(ent, dtype=float)  # None (no row ran) -> nan, left out of the running mean
                 smooth = [np.nanmean(x[max(0, i - 4):i + 1]) if np.isfinite(x[max(0, i - 4):i + 1]).any() else np.nan
                           for i in range(len(x))]  # trailing running mean over (up to) 5 steps
                 b.plot(np.arange(1, len(ent) + 1), smooth, color=line.get_color(),
                        linestyle=["-", "--", ":", "-."][list(r["train_curve"]["entropy"]).index(role) % 4],
-                       label=f"{r['name']} {role}")
+                       label=f"{label(r)} {role}")
         r0 = runs[0]
         a.set(xlabel="training step", ylabel=f"held-out pass@1 ({r0['eval_data']}, {r0['eval_problems']} x "
               f"{r0['eval_n']}, T={r0['eval_temperature']})", title=f"{claim}: {r0['model']}, {r0['task']}")
@@ -589,7 +615,8 @@ def plot(results, out_dir):
             c[0].legend(fontsize=7)
         fig.tight_layout()
         tag = "" if (model, task) == (DEFAULT_MODEL, "math") else f"-{model}-{task}"
-        path = os.path.join(out_dir, f"claim-{claim}{tag}.png")
+        lost = os.path.basename(results) == os.path.basename(LOST)  # its figures never replace the grid's
+        path = os.path.join(out_dir, ("lost-" if lost else "") + f"claim-{claim}{tag}.png")
         fig.savefig(path, dpi=110)
         plt.close(fig)
         print(f"{path}: {len(runs)} run(s)")
@@ -611,7 +638,7 @@ def table(results):
             d, se, paired = difference(f, b, r["eval_n"])
             t = f"{r['step_time_s']:.2f} s" if r.get("step_time_s") else "-"
             gain = f"{d:+.3f} ({d / se:.1f} se{', paired' if paired else ''})" if se else f"{d:+.3f}"
-            out.append(f"| {r['name']} | {b['pass@1']:.3f} | {p['pass@1']:.3f} ({p['step']}) | {f['pass@1']:.3f} "
+            out.append(f"| {label(r)} | {b['pass@1']:.3f} | {p['pass@1']:.3f} ({p['step']}) | {f['pass@1']:.3f} "
                        f"({f['step']}) | {gain} | {b['se']:.3f} / {f['se']:.3f} | {t} |")
         out.append("")
     return "\n".join(out)
@@ -676,7 +703,10 @@ def main(argv=None):
                    help="evaluate only after training (default: evaluate each new checkpoint while training)")
     p.add_argument("--runs", default=os.path.join(ROOT, "runs", "campaign"), help="run folders go here")
     p.add_argument("--logs", default=None, help="log folder (default: RUNS/logs)")
-    p.add_argument("--results", default=RESULTS)
+    p.add_argument("--results", default=None, help=f"default {os.path.relpath(RESULTS, ROOT)} (--record-lost: "
+                   f"{os.path.relpath(LOST, ROOT)})")
+    p.add_argument("--record-lost", metavar="RUN_DIR", help="record a run the GPU machine took with it mid-run, from "
+                   "the folder poll brought back (runs.tgz), as far as it was evaluated, marked lost, then exit")
     p.add_argument("--force", action="store_true", help="rerun (from scratch) runs already in --results")
     p.add_argument("--status-every", type=float, default=60)
     p.add_argument("--plot", action="store_true", help="draw one PNG per claim beside --results, then exit")
@@ -685,6 +715,7 @@ def main(argv=None):
     p.add_argument("--compare", nargs=2, metavar=("A", "B"), help="two recorded cells at every step both evaluated "
                    "(Markdown; paired standard errors where the records allow), then exit")
     args = p.parse_args(argv)
+    args.results = args.results or (LOST if args.record_lost else RESULTS)
     if args.list:
         print("grid:", " ".join(GRID), f"--save-every {args.eval_every}")
         print("\n".join(f"{name:<24}{' '.join(flags)}" for name, flags in CONFIGS.items()))
@@ -698,6 +729,19 @@ def main(argv=None):
     args.model_name = args.model_name or (DEFAULT_MODEL if args.model == "/root/mdl/hf" else args.model)
     if args.compare:
         return print(compare(args.results, *args.compare, args.model_name, args.task))
+    if args.record_lost:
+        if not all(os.path.isfile(os.path.join(args.record_lost, f)) for f in ("config.json", "eval.jsonl")):
+            sys.exit(f"error: --record-lost {args.record_lost}: not a run folder (config.json and eval.jsonl, as "
+                     "poll's runs.tgz brings them back)")
+        try:
+            r = lost_record(args.record_lost, args.model_name, args.eval_data or TASKS[args.task][2],
+                            args.eval_problems, args.eval_n)
+        except ValueError as e:
+            sys.exit(f"error: --record-lost: {e}")
+        save_record(args.results, r)
+        return print(f"{r['name']}: lost at step {r['lost']['trained_to']} of {r['lost']['planned_steps']}, recorded to "
+                     f"step {r['steps']} (base {r['base']['pass@1']:.3f}, peak {r['peak']['pass@1']:.3f} at "
+                     f"{r['peak']['step']}, last {r['final']['pass@1']:.3f}) -> {args.results}")
     args.extra_flags = extra_flags(args.extra)
     if bad := [w for w in args.transfer if w not in STRUCTURES]:
         sys.exit(f"error: --transfer {','.join(bad)}: choose from {','.join(STRUCTURES)}")

@@ -1090,3 +1090,32 @@ def test_detached_poll_brings_records_back_before_the_end(tmp_path):
         (tmp_path / "release").touch()
         start.wait(timeout=30)
     assert "copied campaign.jsonl" in sh("poll", "5").stdout and names() == ["a", "x-s0"]
+
+
+def test_record_lost_keeps_every_attempt(run_dir, tmp_path, capsys):
+    """--record-lost: a run cut off with the machine is recorded to its last evaluated step, with the step it was lost
+    at, its own commit and GPU (config.json's last start), into lost.jsonl beside (never into) campaign.jsonl; two
+    attempts of one cell are two records; table and figures name each attempt."""
+    config = json.loads(open(os.path.join(run_dir, "config.json")).read())
+    config["starts"] = [{"step": 0, "commit": "abc123", "gpu": "NVIDIA H200"}]
+    (pathlib.Path(run_dir) / "config.json").write_text(json.dumps(config))
+    os.utime(os.path.join(run_dir, "config.json"), (1764781452, 1764781452))  # 2025-12-03T17:04:12Z
+    with open(os.path.join(run_dir, "metrics.jsonl"), "a") as f:  # trained past the last evaluated step
+        f.write(json.dumps({"step": 47, "reward_mean": 0.2, "skipped_steps": 0, "time": {"total": 3.0},
+                            "roles": {"generator": {"entropy": 0.3}}}) + "\n")
+    lost = tmp_path / "lost.jsonl"
+    campaign.main(["--record-lost", run_dir, "--results", str(lost)])
+    assert "single-s1: lost at step 47 of 40, recorded to step 40" in capsys.readouterr().out
+    (r,) = campaign.read_jsonl(str(lost))
+    assert r["lost"] == {"trained_to": 47, "planned_steps": 40, "started": "2025-12-03T17:04:12+00:00"}
+    assert (r["steps"], r["final"]["step"], r["git_commit"], r["gpu"]) == (40, 40, "abc123", "NVIDIA H200")
+    os.utime(os.path.join(run_dir, "config.json"), (1764802000, 1764802000))  # a second attempt, later
+    campaign.main(["--record-lost", run_dir, "--results", str(lost)])
+    campaign.main(["--record-lost", run_dir, "--results", str(lost)])  # the same attempt again: replaced
+    assert [r["lost"]["started"][11:16] for r in campaign.read_jsonl(str(lost))] == ["17:04", "22:46"]
+    assert "| single-s1 (started 2025-12-03T22:46, lost at 47) |" in campaign.table(str(lost))
+    campaign.plot(str(lost), str(tmp_path))
+    assert sorted(p.name for p in tmp_path.glob("*.png")) == ["lost-claim-C1.png", "lost-claim-C2.png"]
+    for bad, why in ((tmp_path / "nothing", "not a run folder"), (run_dir, "lacks the base")):
+        with pytest.raises(SystemExit, match=why):
+            campaign.main(["--record-lost", str(bad), "--results", str(lost), "--eval-problems", "7"])
