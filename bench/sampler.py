@@ -194,7 +194,8 @@ def fused_layers(model):
     """A contender tried for sampler.py and left here (docs/benchmarks.md, 2026-12-01): while it is on, the
     decoder's RMSNorms, MLPs and rotary embedding run torch.compile'd copies of the model's own code (each
     norm's ~8 elementwise kernels become 1, rotary's ~10 for q and k 1-2, SiLU-mul 1: the 0.5B's decode step
-    1,116 kernels -> 557). 16-21% faster decode steps at 64-512 rows, 3% on a natural-stop call."""
+    1,116 kernels -> 557). 16-21% faster decode steps at 64-512 rows, 3% on a natural-stop call then (third
+    session); since the nineteenth, capture-safe on new prompts and 1.21-1.36x per call (breakdown.py --fused)."""
     options = {"emulate_precision_casts": True}
     compiled = lambda f: _COMPILED.setdefault(f, torch.compile(f, dynamic=True, options=options))
     # (object, attribute, compiled copy): a module's forward as an instance attribute (nn.Module calls it)
@@ -205,6 +206,14 @@ def fused_layers(model):
     saved = [(obj, name, vars(obj).get(name)) for obj, name, _ in patches]  # None: not set on the object itself
     for obj, name, new in patches:
         setattr(obj, name, new)
+    # Compile (and let Inductor tune, which syncs the device) every specialisation before any graph capture: dynamic=True
+    # still compiles a dimension of size 1 apart, and a call's decode left with 1 row, or its first decode step
+    # (1 token), would otherwise compile and tune inside a capture, which fails there (nineteenth session: "operation
+    # not permitted when stream is capturing" at the second call on new prompts). Rows and tokens of 1 and 2.
+    device = next(model.parameters()).device
+    with torch.no_grad():
+        for rows, tokens in ((1, 1), (2, 1), (1, 2), (2, 2)):
+            model(input_ids=torch.zeros(rows, tokens, dtype=torch.long, device=device), use_cache=False)
     try:
         yield
     finally:
