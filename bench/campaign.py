@@ -515,18 +515,21 @@ def lost_record(run_dir, model_name, eval_data, eval_problems, eval_n):
     """The record of a run the GPU machine took with it mid-run, from the folder detached.sh's poll brought back
     (runs.tgz: config.json, metrics.jsonl, eval.jsonl, no checkpoint): its curve up to its last evaluated step
     (`steps`), marked lost: trained_to (its last training step), planned_steps, started (config.json's mtime, which
-    the tar keeps: when train.py began). Commit and GPU are the run's own (config.json's last start)."""
+    the tar keeps: when train.py began). Commit and GPU are the run's own (config.json's last start); eval_data None:
+    its task's held-out file; its name is the cell's (the folder's without run_name's -TASK / -MODEL)."""
     with open(os.path.join(run_dir, "config.json")) as f:
         config = json.load(f)
-    evaluated = set(evals_for(run_dir, eval_data, eval_problems, eval_n))
+    eval_data = TASKS[config.get("task", "math")][2] if eval_data is None else eval_data
     start = (config.get("starts") or [{}])[-1]
     started = datetime.datetime.fromtimestamp(os.path.getmtime(os.path.join(run_dir, "config.json")),
                                               datetime.timezone.utc).isoformat(timespec="seconds")
     trained = max((m["step"] for m in read_jsonl(os.path.join(run_dir, "metrics.jsonl"))), default=0)
-    return build_record(run_dir, os.path.basename(os.path.normpath(run_dir)), model_name, eval_data, eval_problems,
-                        eval_n, {"lost": {"trained_to": trained, "planned_steps": config.get("steps"), "started": started},
-                                 "gpu": start.get("gpu", "unknown"), "git_commit": start.get("commit", "unknown")},
-                        steps=max(evaluated, default=0))
+    folder, seed = os.path.basename(os.path.normpath(run_dir)), f"-s{config['seed']}"
+    name = folder.rpartition(seed + "-")[0] + seed if seed + "-" in folder else folder
+    lost = {"trained_to": trained, "planned_steps": config.get("steps"), "started": started}
+    return build_record(run_dir, name, model_name, eval_data, eval_problems, eval_n,
+                        {"lost": lost, "gpu": start.get("gpu", "unknown"), "git_commit": start.get("commit", "unknown")},
+                        steps=max(evals_for(run_dir, eval_data, eval_problems, eval_n), default=0))
 
 
 def run_name(name, task, model_name):
@@ -734,8 +737,7 @@ def main(argv=None):
             sys.exit(f"error: --record-lost {args.record_lost}: not a run folder (config.json and eval.jsonl, as "
                      "poll's runs.tgz brings them back)")
         try:
-            r = lost_record(args.record_lost, args.model_name, args.eval_data or TASKS[args.task][2],
-                            args.eval_problems, args.eval_n)
+            r = lost_record(args.record_lost, args.model_name, args.eval_data, args.eval_problems, args.eval_n)
         except ValueError as e:
             sys.exit(f"error: --record-lost: {e}")
         save_record(args.results, r)

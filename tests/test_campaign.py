@@ -1116,6 +1116,13 @@ def test_record_lost_keeps_every_attempt(run_dir, tmp_path, capsys):
     assert "| single-s1 (started 2025-12-03T22:46, lost at 47) |" in campaign.table(str(lost))
     campaign.plot(str(lost), str(tmp_path))
     assert sorted(p.name for p in tmp_path.glob("*.png")) == ["lost-claim-C1.png", "lost-claim-C2.png"]
+    code = tmp_path / "single-s1-code"  # a code cell's folder: the record names the cell
+    shutil.copytree(run_dir, code)
+    config["task"] = "code"
+    (code / "config.json").write_text(json.dumps(config))
+    campaign.main(["--record-lost", str(code), "--results", str(tmp_path / "code.jsonl"), "--eval-data", "gsm8k/test.jsonl"])
+    (r,) = campaign.read_jsonl(str(tmp_path / "code.jsonl"))
+    assert (r["name"], r["config"], r["task"], r["steps"]) == ("single-s1", "single", "code", 40)
     for bad, why in ((tmp_path / "nothing", "not a run folder"), (run_dir, "lacks the base")):
         with pytest.raises(SystemExit, match=why):
             campaign.main(["--record-lost", str(bad), "--results", str(lost), "--eval-problems", "7"])
