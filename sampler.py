@@ -17,18 +17,16 @@ preallocated KV cache, the decode step captured as a CUDA graph (one per batch s
 length bucket), attention that reads each key/value head once for its whole query group (HF's SDPA
 path copies the cache per query head when a mask is present), sampling in one Triton kernel with no
 host synchronisation per token (`draw_fused`), and the batch compacted when many rows are done.
-On CUDA it also runs the decoder's RMSNorms, MLPs and rotary embedding as torch.compile'd copies of the model's own
-code (`compiled_layers`: half the kernels of a decode step, natural-stop calls 1.21-1.36x faster, ~20 s of compiling
-once per process; other rounding than eager, so other tokens, from the same distribution).
 Tried and dropped (docs/benchmarks.md): torch.compile of the whole decode step (two minutes of compiling,
-no faster on rollouts that stop at EOS).
+no faster on rollouts that stop at EOS) and of the decoder's norms, MLPs and rotary only (bench/sampler.py's
+fused_layers: half the kernels; 1.14x on a natural-stop call of 512 rows but 4% on an Orch-Workers step, twentieth
+session: not worth its 21 lines).
 It gives the simple path's greedy tokens (allowing for bf16 ties) and samples from the same
 distribution (tests/test_sampler.py).
 
 Left out: beam search, repetition penalties, speculative decoding, paged attention.
 """
 import contextlib
-import functools
 import inspect
 from dataclasses import dataclass
 
@@ -249,32 +247,6 @@ def draw_fused(logits, temperature, seed):
     return tokens, logprobs
 
 
-_COMPILED = {}  # function -> its torch.compile'd copy, compiled once per process
-
-
-@contextlib.contextmanager
-def compiled_layers(model):
-    """While on, the model's RMSNorm and MLP modules and its module's apply_rotary_pos_emb run torch.compile'd copies of
-    their own code (a norm's ~8 elementwise kernels become 1, rotary's ~20 for q and k 1-2, SiLU-mul 1: the 0.5B's
-    decode step 1,116 kernels -> 557). Undone on exit. Every specialisation that dynamic shapes still compile apart (a
-    dimension of size 1: a decode step, a batch compacted to one row) is compiled on entry by four tiny forwards,
-    as compiling (and Inductor's tuning, which syncs) inside a CUDA-graph capture fails."""
-    compiled = lambda f: _COMPILED.setdefault(f, torch.compile(f, dynamic=True, options={"emulate_precision_casts": True}))
-    patches = [(m, "forward", functools.partial(compiled(type(m).forward), m)) for m in model.modules()
-               if type(m).__name__.endswith(("RMSNorm", "MLP"))]  # an instance attribute: nn.Module calls it
-    if hasattr(module := inspect.getmodule(type(model)), "apply_rotary_pos_emb"):
-        patches.append((module, "apply_rotary_pos_emb", compiled(module.apply_rotary_pos_emb)))
-    with contextlib.ExitStack() as undo:
-        for obj, name, new in patches:
-            old = vars(obj).get(name)  # None: not set on the object itself
-            undo.callback(*(delattr, obj, name) if old is None else (setattr, obj, name, old))
-            setattr(obj, name, new)
-        device = next(model.parameters()).device
-        for rows, tokens in ((1, 1), (2, 1), (1, 2), (2, 2)):
-            model(input_ids=torch.zeros(rows, tokens, dtype=torch.long, device=device), use_cache=False)
-        yield
-
-
 # device -> [side stream, last graph] of every CUDA-graph capture of this process: each capture goes into the first
 # one's memory pool, kept alive by holding the last graph (a bare MemPool trips an assert of the pinned-memory
 # allocator in torch 2.11). A new pool per capture (and a new stream per call) made the allocator reserve new address
@@ -286,11 +258,9 @@ _CAPTURE = {}
 
 @torch.no_grad()
 def sample_fast(model, prompts, n=1, max_new_tokens=256, temperature=1.0, stop_ids=(), pad_id=0, generator=None,
-                min_new_tokens=0, cuda_graph=None, compile_layers=None, check_every=32, bucket=128, prefill_tokens=2**17,
-                tail_slots=2**16):
-    """`sample` for the GPU (same arguments and result, no top-k / top-p). cuda_graph and compile_layers
-    (`compiled_layers` for the call) default to True on CUDA; False runs the same code eagerly (how the CPU tests check
-    it). Every
+                min_new_tokens=0, cuda_graph=None, check_every=32, bucket=128, prefill_tokens=2**17, tail_slots=2**16):
+    """`sample` for the GPU (same arguments and result, no top-k / top-p). cuda_graph defaults to
+    True on CUDA; False runs the same code eagerly (how the CPU tests check it). Every
     `check_every` tokens the host looks once at how many rows are done: it stops when all are, and
     compacts the batch (a new graph for the smaller batch) when at most half are still running.
     Attention reads the cache up to the next multiple of `bucket` slots (a new graph per bucket), or all
@@ -323,8 +293,6 @@ def sample_fast(model, prompts, n=1, max_new_tokens=256, temperature=1.0, stop_i
         patches.callback(torch.cuda.set_device, torch.cuda.current_device())
         torch.cuda.set_device(device)
     with patches:
-        if device.type == "cuda" and triton is not None if compile_layers is None else compile_layers:
-            patches.enter_context(compiled_layers(model))
         logits = []
         for a in range(0, B, chunk):
             cache.first, cache.rows = a, min(chunk, B - a)

@@ -25,6 +25,7 @@ measured 4.3 TB/s and 790 TFLOP/s (../shared/docs/gpu.md).
 import argparse
 import contextlib
 import functools
+import inspect
 import os
 import sys
 import time
@@ -35,7 +36,7 @@ import transformers
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from data import builtin_problems, load_problems  # noqa: E402
 from models import chat_ids, load_model, stop_ids  # noqa: E402
-from sampler import sample, sample_fast  # noqa: E402
+from sampler import sample  # noqa: E402
 import lora  # noqa: E402
 
 
@@ -112,10 +113,10 @@ def main():
     forced = 0 if args.natural else N
     generated = {}  # contender -> tokens of its last call
 
-    def ours(name="ours", compiled=True):  # compiled False: sample_fast with eager layers (the default before 12-04)
-        fn = sample if compiled or device.type != "cuda" else functools.partial(sample_fast, compile_layers=False)
-        out = fn(model, prompts, n=args.n, max_new_tokens=N, temperature=args.temperature, stop_ids=stops,
-                 pad_id=tok.pad_token_id, generator=gen, min_new_tokens=forced)
+    def ours(name="ours", fuse=False):
+        with fused_layers(model) if fuse else contextlib.nullcontext():
+            out = sample(model, prompts, n=args.n, max_new_tokens=N, temperature=args.temperature, stop_ids=stops,
+                         pad_id=tok.pad_token_id, generator=gen, min_new_tokens=forced)
         generated[name] = sum(len(c.tokens) for c in out)
         assert args.natural or generated[name] == rows * N
 
@@ -142,8 +143,8 @@ def main():
                                                                    cache_implementation="static")))
     if "ours" not in args.skip:
         contenders.append(("ours: sampler.sample", lambda: ours(name="ours: sampler.sample")))
-        if device.type == "cuda":  # - the decoder's norms, MLPs and rotary compiled (sampler.compiled_layers)
-            contenders.append(("ours, eager layers", lambda: ours(name="ours, eager layers", compiled=False)))
+        if device.type == "cuda":  # + the decoder's norms, MLPs and rotary compiled (fused_layers below)
+            contenders.append(("ours, fused_layers", lambda: ours(name="ours, fused_layers", fuse=True)))
     if args.lora:  # timed last: the adapter is added at its first (warm-up) call, after the others ran
         def with_adapter(merge):
             if "bench" not in lora.adapter_names(model):
@@ -185,6 +186,41 @@ def main():
             print(f"ratio ours / floor: {ours_tps / (rows * N / floor):.3f}")
 
 
+_COMPILED = {}  # function -> its torch.compile'd copy, compiled once per process (and per input rank)
+
+
+@contextlib.contextmanager
+def fused_layers(model):
+    """A contender tried for sampler.py and left here (docs/benchmarks.md, 2026-12-01): while it is on, the
+    decoder's RMSNorms, MLPs and rotary embedding run torch.compile'd copies of the model's own code (each
+    norm's ~8 elementwise kernels become 1, rotary's ~10 for q and k 1-2, SiLU-mul 1: the 0.5B's decode step
+    1,116 kernels -> 557). 16-21% faster decode steps at 64-512 rows, 3% on a natural-stop call then (third
+    session); since the nineteenth, capture-safe on new prompts and 1.21-1.36x per call (breakdown.py --fused)."""
+    options = {"emulate_precision_casts": True}
+    compiled = lambda f: _COMPILED.setdefault(f, torch.compile(f, dynamic=True, options=options))
+    # (object, attribute, compiled copy): a module's forward as an instance attribute (nn.Module calls it)
+    patches = [(m, "forward", functools.partial(compiled(type(m).forward), m)) for m in model.modules()
+               if type(m).__name__.endswith(("RMSNorm", "MLP"))]
+    if hasattr(module := inspect.getmodule(type(model)), "apply_rotary_pos_emb"):
+        patches.append((module, "apply_rotary_pos_emb", compiled(module.apply_rotary_pos_emb)))
+    saved = [(obj, name, vars(obj).get(name)) for obj, name, _ in patches]  # None: not set on the object itself
+    for obj, name, new in patches:
+        setattr(obj, name, new)
+    # Compile (and let Inductor tune, which syncs the device) every specialisation before any graph capture: dynamic=True
+    # still compiles a dimension of size 1 apart, and a call's decode left with 1 row, or its first decode step
+    # (1 token), would otherwise compile and tune inside a capture, which fails there (nineteenth session: "operation
+    # not permitted when stream is capturing" at the second call on new prompts). Rows and tokens of 1 and 2.
+    device = next(model.parameters()).device
+    with torch.no_grad():
+        for rows, tokens in ((1, 1), (2, 1), (1, 2), (2, 2)):
+            model(input_ids=torch.zeros(rows, tokens, dtype=torch.long, device=device), use_cache=False)
+    try:
+        yield
+    finally:
+        for obj, name, old in saved:
+            delattr(obj, name) if old is None else setattr(obj, name, old)
+
+
 def vllm_contender(args, prompts, stops, forced, generated):
     """vLLM's offline engine on the same prompt ids (its own process, a third of the GPU's memory),
     started at the first call (timed() warms up with it)."""
@@ -212,8 +248,9 @@ def profile(model, tok, prompts, stops, device, args):
     for fuse, rows in [(f, r) for f in (False, True) for r in (8, 64, 512)]:
         batch = [prompts[i % len(prompts)] for i in range(rows)]
         def call(n_new, graph=None):
-            return sampler.sample_fast(model, batch, 1, n_new, args.temperature, stops, tok.pad_token_id,
-                                       min_new_tokens=n_new, cuda_graph=graph, compile_layers=fuse)
+            with fused_layers(model) if fuse else contextlib.nullcontext():
+                return sampler.sample_fast(model, batch, 1, n_new, args.temperature, stops, tok.pad_token_id,
+                                           min_new_tokens=n_new, cuda_graph=graph)
         t1, t129 = timed(lambda: call(1), device, 2), timed(lambda: call(129), device, 2)
         with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
             call(17, graph=False)

@@ -1,5 +1,6 @@
 """Sampler against trusted references: model.generate for greedy tokens, one full forward pass
 for log-probs; plus seeding, stop handling, lengths and padding."""
+import contextlib
 import os
 import shutil
 import subprocess
@@ -148,9 +149,10 @@ def test_empty_prompt_list_and_empty_prompt(tiny):
 @pytest.mark.parametrize("fused", [False, pytest.param(True, marks=pytest.mark.skipif(
     not (shutil.which("g++") or shutil.which("c++")), reason="torch.compile on CPU needs a C++ compiler"))])
 def test_fast_path_matches_simple_path_greedy_with_compaction(tiny, fused):
-    """fused: compile_layers, on by default on CUDA (torch.compile'd norms, MLPs and rotary; inductor's C++
-    backend on CPU, ~10 s), must give the same tokens too, and leave no patched forward or rotary behind."""
+    """fused: bench/sampler.py's fused_layers contender (torch.compile'd norms, MLPs and rotary; inductor's C++
+    backend on CPU, ~10 s) must give the same tokens too, and leave no patched forward or rotary behind."""
     import inspect
+    from bench.sampler import fused_layers
     from sampler import sample_fast
     model, tok = tiny
     rope = inspect.getmodule(type(model)).apply_rotary_pos_emb
@@ -160,9 +162,10 @@ def test_fast_path_matches_simple_path_greedy_with_compaction(tiny, fused):
     # check_every=4: the host looks every 4 tokens, so finished rows are compacted away mid-way; tail_slots 0:
     # windows grown bucket by bucket to the end, else the whole cache once at most 4 rows are left
     for tail_slots in (0, 4 * (max(map(len, prompts(tok))) + 30)):
-        fast = sample_fast(model, prompts(tok), n=2, max_new_tokens=30, temperature=0, stop_ids=eos,
-                           pad_id=tok.pad_token_id, cuda_graph=False, compile_layers=fused, check_every=4, bucket=8,
-                           prefill_tokens=4 * 40, tail_slots=tail_slots)  # prefill in chunks of ~4 rows
+        with fused_layers(model) if fused else contextlib.nullcontext():
+            fast = sample_fast(model, prompts(tok), n=2, max_new_tokens=30, temperature=0, stop_ids=eos,
+                               pad_id=tok.pad_token_id, cuda_graph=False, check_every=4, bucket=8,
+                               prefill_tokens=4 * 40, tail_slots=tail_slots)  # prefill in chunks of ~4 rows
         assert [c.tokens for c in fast] == [c.tokens for c in ref]
         assert [c.finish for c in fast] == [c.finish for c in ref]
         for a, b in zip(fast, ref):
@@ -197,11 +200,13 @@ def test_fast_path_with_cuda_graph_matches_simple_path_on_gpu():
     ref = sample(model, ps, n=2, max_new_tokens=40, temperature=0, stop_ids=eos,
                  pad_id=tok.pad_token_id, fast=False)
     # small buckets and frequent checks: several graphs (new lengths, compacted batches) per call
-    # compiled: the default on CUDA (compiled_layers); tail_slots 0: a new graph per bucket to the end
-    for compiled, tail_slots in ((False, 0), (False, 2**12), (True, 0), (True, 2**12)):
-        fast = sample_fast(model, ps, n=2, max_new_tokens=40, temperature=0, stop_ids=eos, pad_id=tok.pad_token_id,
-                           compile_layers=compiled, check_every=4, bucket=16, tail_slots=tail_slots)
-        assert [c.tokens for c in fast] == [c.tokens for c in ref], (compiled, tail_slots)
+    from bench.sampler import fused_layers
+    # fused True: bench/sampler.py's contender; tail_slots 0: a new graph per bucket to the end
+    for fused, tail_slots in ((False, 0), (False, 2**12), (True, 2**12)):
+        with fused_layers(model) if fused else contextlib.nullcontext():
+            fast = sample_fast(model, ps, n=2, max_new_tokens=40, temperature=0, stop_ids=eos,
+                               pad_id=tok.pad_token_id, check_every=4, bucket=16, tail_slots=tail_slots)
+        assert [c.tokens for c in fast] == [c.tokens for c in ref], (fused, tail_slots)
         for a, b in zip(fast, ref):
             torch.testing.assert_close(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-4, rtol=0)
 
