@@ -40,7 +40,8 @@ same for every check_every value (one seed: the same samples), with its prefill 
 
     python bench/breakdown.py                  # tiny model on CPU: a smoke run of the eager path
     python bench/breakdown.py --model /root/mdl/hf --data .campaign/data/gsm8k/test.jsonl   # H200, ~1.5 min
-Left out: several repeats per call (each call once: the parts, not a mean, are the point), vLLM, LoRA.
+--lora RANK: the model's linear layers wrapped in a LoRA adapter and every call under `lora.merged`, as in training.
+Left out: several repeats per call (each call once: the parts, not a mean, are the point), vLLM.
 """
 import argparse
 import contextlib
@@ -57,6 +58,7 @@ import torch  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from data import builtin_problems, load_problems  # noqa: E402
 from models import chat_ids, load_model, stop_ids  # noqa: E402
+import lora  # noqa: E402
 import sampler  # noqa: E402
 
 TIMED = ["prefill", "warm-up", "capture", "replay", "eager decode", "draw", "compaction"]  # wrapped parts
@@ -339,7 +341,11 @@ def parse(argv=None):
     p.add_argument("--json", default=None, help="also write the records (no completions) to this file")
     p.add_argument("--fused", action="store_true", help="every call under bench/sampler.py's fused_layers (torch."
                    "compile'd norms, MLPs, rotary: 16-21%% faster decode steps but 3%% on a whole call; where it goes)")
+    p.add_argument("--lora", type=int, default=0, metavar="RANK", help="wrap the model's linear layers in a LoRA "
+                   "adapter of this rank and run every call under lora.merged, as training's rollouts do (default: none)")
     args = p.parse_args(argv)
+    if args.lora < 0:
+        p.error(f"--lora must be a rank >= 1 (0: none), got {args.lora}")
     for k, v in (TINY if args.model == "tiny" else REAL).items():  # unset sizes: the model's defaults
         if getattr(args, k) is None:
             setattr(args, k, v)
@@ -351,10 +357,15 @@ def main(argv=None):
     start = time.perf_counter()
     model, tok = load_model(args.model)
     print(f"model loaded in {time.perf_counter() - start:.1f} s")
+    if args.lora:  # as in training: every linear layer of the blocks a LoRA wrapper, the adapter folded in per call
+        lora.add_adapter(model, "bench", rank=args.lora)
+        lora.set_adapter(model, "bench")
+        print(f"LoRA wrappers on: an adapter of rank {args.lora}, every call under lora.merged")
     if args.fused:
         from bench.sampler import fused_layers
         print("fused_layers on: the model's RMSNorms, MLPs and rotary run torch.compile'd copies in every call")
-    with fused_layers(model) if args.fused else contextlib.nullcontext():
+    with fused_layers(model) if args.fused else contextlib.nullcontext(), \
+            lora.merged(model) if args.lora else contextlib.nullcontext():
         results = report(model, tok, args)
     print(f"\nwall time {time.perf_counter() - STARTED:.1f} s since the script started (imports, model load included)")
     if args.json:

@@ -344,6 +344,20 @@ def test_breakdown_parts_add_up_and_counts_fit_the_loop(tiny, device):
                          torch.cuda.CUDAGraph.replay)
 
 
+def test_breakdown_lora_runs_every_call_through_the_wrappers(capsys, monkeypatch):
+    """breakdown.py --lora: the calls go through LoRA wrappers (as training's rollouts, under lora.merged)."""
+    import lora
+    from bench import breakdown
+    calls, forward = [], lora.LoRALinear.forward
+    monkeypatch.setattr(lora.LoRALinear, "forward", lambda self, x: (calls.append(self.active), forward(self, x))[1])
+    breakdown.main(["--model", "tiny", "--lora", "4", "--workloads", "natural", "--check-every", "8",
+                    "--new-tokens", "8", "--prompts", "2", "--n", "2"])
+    assert "LoRA wrappers on: an adapter of rank 4" in capsys.readouterr().out
+    assert calls and set(calls) == {None}  # merged: the adapter folded into the weights, the wrapper passes through
+    with pytest.raises(SystemExit):
+        breakdown.parse(["--lora", "-1"])
+
+
 def test_sdpa_bench_switches_cudnn_attention_and_runs_the_script(tmp_path):
     """bench/sdpa.py (issue 15's A/B of cuDNN attention): `on|off SCRIPT ARGS` runs SCRIPT as __main__ with its own
     argv and cuDNN attention allowed or disabled (a setting CPU builds keep too), also after SCRIPT loads a model
