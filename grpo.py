@@ -57,14 +57,11 @@ def token_weights(roles, lengths, mode="seq-mean-token-mean", role_weights=None)
     if not live:
         return weights, {}
     per_role, total_tokens = Counter(roles[i] for i in live), sum(lengths[i] for i in live)
-    for i in live:
-        if mode == "seq-mean-token-mean":
-            weights[i] = 1.0 / (len(live) * lengths[i])
-        elif mode == "token-mean":
-            weights[i] = 1.0 / total_tokens
-        else:
-            weights[i] = 1.0 / (len(per_role) * per_role[roles[i]] * lengths[i])
-        weights[i] *= (role_weights or {}).get(roles[i], 1.0)  # x 1.0 is exact: no role weights, no change
+    # a row's tokens weigh 1 / tokens_per_weight(i) by mode (the docstring's list), then times its role weight
+    tokens_per_weight = {"seq-mean-token-mean": lambda i: len(live) * lengths[i], "token-mean": lambda i: total_tokens,
+                         "role-balanced": lambda i: len(per_role) * per_role[roles[i]] * lengths[i]}[mode]
+    for i in live:  # x 1.0 is exact: no role weights, no change
+        weights[i] = 1.0 / tokens_per_weight(i) * (role_weights or {}).get(roles[i], 1.0)
     if (total := sum(weights[i] * lengths[i] for i in live)) <= 0:
         raise ValueError(f"role weights {role_weights} leave no weight on the batch")
     weights = [w / total for w in weights]
