@@ -63,11 +63,9 @@ def left_pad(prompts, pad_id, device):
 
 
 def pick(logits, temperature, top_k, top_p, generator):
-    """Draw one token per row from fp32 `logits` (B, V). Returns (tokens (B,), logprobs (B,))."""
-    if temperature == 0:
-        tokens = logits.argmax(-1)
-        return tokens, torch.log_softmax(logits, -1).gather(-1, tokens[:, None])[:, 0]
-    scaled = logits / temperature
+    """Draw one token per row from fp32 `logits` (B, V). Returns (tokens (B,), logprobs (B,)). Greedy when
+    temperature == 0: the argmax of the logits, its log-prob at temperature 1 (top-k / top-p change neither)."""
+    scaled = logits / (temperature or 1.0)  # x / 1.0 is exact: greedy log-probs are those of the logits
     logprobs = torch.log_softmax(scaled, -1)
     if top_k and top_k < scaled.shape[-1]:
         kth = scaled.topk(top_k, dim=-1).values[:, -1:]
@@ -78,7 +76,7 @@ def pick(logits, temperature, top_k, top_p, generator):
         drop = probs.cumsum(-1) - probs >= top_p  # the tokens ranked above it already reach top_p
         drop[:, 0] = False  # the most likely token always stays (top_p = 0 is greedy, not NaN)
         scaled = scaled.scatter(-1, order, sorted_logits.masked_fill(drop, float("-inf")))
-    tokens = torch.multinomial(scaled.softmax(-1), 1, generator=generator)[:, 0]
+    tokens = torch.multinomial(scaled.softmax(-1), 1, generator=generator)[:, 0] if temperature else logits.argmax(-1)
     return tokens, logprobs.gather(-1, tokens[:, None])[:, 0]
 
 

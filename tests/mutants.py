@@ -168,7 +168,7 @@ MUTANTS = [
     ("top-k-drops-kth-token", "sampler.py", "pick", "scaled < kth", "scaled <= kth", SAMPLER),
     ("logprobs-of-truncated-distribution", "sampler.py", "pick",
      "return tokens, logprobs.gather(", "return tokens, torch.log_softmax(scaled, -1).gather(", SAMPLER),
-    ("sampling-ignores-temperature", "sampler.py", "pick", "scaled = logits / temperature", "scaled = logits",
+    ("sampling-ignores-temperature", "sampler.py", "pick", "scaled = logits / (temperature or 1.0)", "scaled = logits",
      SAMPLER),
     ("samples-not-prompt-major", "sampler.py", "sample",
      "rows := [p for p in prompts for _ in range(n)]", "rows := [p for _ in range(n) for p in prompts]", SAMPLER),
