@@ -112,14 +112,11 @@ def sample(model, prompts, n=1, max_new_tokens=256, temperature=1.0, top_p=1.0, 
         if step < min_new_tokens:
             logits[:, stops] = float("-inf")
         tokens, logprobs = pick(logits, temperature, top_k, top_p, generator)
-        stopped = torch.isin(tokens, stops)
+        keep = (~torch.isin(tokens, stops)).nonzero()[:, 0]  # the rows that did not stop (one host sync)
         out_tok[active, step], out_lp[active, step] = tokens, logprobs
-        if step == max_new_tokens - 1:
+        if step == max_new_tokens - 1 or len(keep) == 0:
             break
-        if stopped.any():  # compact: finished rows leave the batch and the cache
-            keep = (~stopped).nonzero()[:, 0]
-            if len(keep) == 0:
-                break
+        if len(keep) < len(active):  # compact: finished rows leave the batch and the cache
             cache.batch_select_indices(keep)
             active, tokens, mask, positions = active[keep], tokens[keep], mask[keep], positions[keep]
         mask = torch.cat([mask, mask.new_ones(len(active), 1)], dim=1)
