@@ -159,8 +159,7 @@ def token_loss(logprobs, old_logprobs, advantages, clip_low=0.2, clip_high=0.28,
     # the clip has made the loss constant
     ratio = torch.exp((logprobs - old_logprobs).clamp(-20.0, 20.0))
     unclipped, clipped_obj = -advantages * ratio, -advantages * ratio.clamp(1 - clip_low, 1 + clip_high)
-    loss = torch.maximum(unclipped, clipped_obj)
-    clipped = clipped_obj > unclipped
+    loss, clipped = torch.maximum(unclipped, clipped_obj), clipped_obj > unclipped
     if dual_clip:
         cap = -advantages * dual_clip
         capped = (advantages < 0) & (loss > cap)

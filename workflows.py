@@ -312,8 +312,7 @@ def _evalopt(eps, probs, tasks, policy, rounds=None, **_):
         jobs = [(i, "evaluator", _prompt(tasks, probs, i, "evaluator", history=_history(eps[i]))) for i in active]
         active = []
         for i, t in _stage(policy, "evaluator", eps, jobs):
-            verdict = parse_verdict(t.text)
-            eps[i].facts["verdicts"].append(verdict)
+            eps[i].facts["verdicts"].append(verdict := parse_verdict(t.text))
             if verdict == "Correct":
                 eps[i].facts["stopped"] = "approved"
             elif r + 1 >= limit[i]:

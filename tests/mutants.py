@@ -109,7 +109,7 @@ MUTANTS = [
     ("clip-takes-min", "grpo.py", "token_loss",
      "torch.maximum(unclipped, clipped_obj)", "torch.minimum(unclipped, clipped_obj)", GRPO),
     ("clip-flag-wherever-objectives-differ", "grpo.py", "token_loss",
-     "clipped = clipped_obj > unclipped", "clipped = clipped_obj != unclipped", GRPO),
+     "clipped_obj > unclipped", "clipped_obj != unclipped", GRPO),
     ("dual-clip-never-off", "grpo.py", "token_loss", "if dual_clip:", "if True:", GRPO),
     ("dual-clip-on-positive-advantages", "grpo.py", "token_loss",
      "capped = (advantages < 0) & (loss > cap)", "capped = loss > cap", GRPO),
