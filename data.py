@@ -39,16 +39,20 @@ def _math_answer(value) -> str:
     return unit.group(1).replace(",", "") if unit else gold
 
 
+def _need(ok, why: str) -> None:
+    """A check of the input in one line: ValueError(why) unless ok (load_problems prefixes the file and row)."""
+    if not ok:
+        raise ValueError(why)
+
+
 def _text(row: dict, key: str) -> str:
-    if not isinstance(v := row.get(key), str) or not v.strip():
-        raise ValueError(f"field {key!r} must be a non-empty string")
+    _need(isinstance(v := row.get(key), str) and v.strip(), f"field {key!r} must be a non-empty string")
     return v.replace("\r\n", "\n")
 
 
 def _parse_row(row: dict) -> tuple[str, dict]:
     """(format name, problem without id) for one raw row; ValueError says what is wrong."""
-    if not isinstance(row, dict):
-        raise ValueError(f"expected a JSON object, got {type(row).__name__}")
+    _need(isinstance(row, dict), f"expected a JSON object, got {type(row).__name__}")
     keys = set(row)
     if "task" in keys:
         if row["task"] == "math":
@@ -56,8 +60,7 @@ def _parse_row(row: dict) -> tuple[str, dict]:
         if row["task"] == "code":
             p = {"task": "code", "prompt": _text(row, "prompt")}
             p.update({k: row[k] for k in ("test_code", "entry_point", "setup_code", "io_tests", "solution") if k in row})
-            if not p.get("test_code") and not p.get("io_tests"):
-                raise ValueError("a code problem needs test_code or io_tests")
+            _need(p.get("test_code") or p.get("io_tests"), "a code problem needs test_code or io_tests")
             return "problem dict", p
         raise ValueError(f"task must be 'math' or 'code', got {row['task']!r}")
     if {"text", "test_list"} <= keys:
@@ -131,8 +134,7 @@ def load_problems(path: str, task: str | None = None, limit: int | None = None) 
             items = json.loads(text)
         except json.JSONDecodeError as e:
             raise ValueError(f"{path}:{e.lineno}: invalid JSON ({e.msg})") from None
-        if not isinstance(items, list):
-            raise ValueError(f"{path}: a .json data file must hold a list of rows")
+        _need(isinstance(items, list), f"{path}: a .json data file must hold a list of rows")
         rows = [(f"item {i}", r) for i, r in enumerate(items, 1)]
     else:
         rows = [(str(i), ln) for i, ln in enumerate(text.splitlines(), 1) if ln.strip()]
@@ -143,8 +145,7 @@ def load_problems(path: str, task: str | None = None, limit: int | None = None) 
             # SVAMP and ASDiv capitalise their keys (Body, Question, Answer, ID); JSON keys are always strings
             row = {k.lower(): v for k, v in row.items()} if isinstance(row, dict) else row
             fmt, prob = _parse_row(row)
-            if prob["task"] == "math" and not prob["answer"]:
-                raise ValueError("empty gold answer")
+            _need(prob["task"] != "math" or prob["answer"], "empty gold answer")
         except (ValueError, TypeError, AttributeError) as e:  # JSONDecodeError is a ValueError
             raise ValueError(f"{path}:{where}: " + (f"invalid JSON ({e.msg})" if isinstance(e, json.JSONDecodeError)
                                                     else str(e))) from None
@@ -156,8 +157,7 @@ def load_problems(path: str, task: str | None = None, limit: int | None = None) 
             raise ValueError(f"{path}:{where}: duplicate id {pid!r} (also at {seen[pid]})")
         seen[pid] = where
         problems.append({"id": pid, **prob})
-    if not problems:
-        raise ValueError(f"{path}: no problems in this file")
+    _need(problems, f"{path}: no problems in this file")
     return problems
 
 
@@ -296,6 +296,5 @@ def builtin_problems(task: str, split: str = "train", n: int = 1000, seed: int =
         in_test = int(hashlib.sha1(key.encode()).hexdigest(), 16) % 10 == 0  # 10% of keys are held out
         if in_test == (split == "test") and prob["prompt"] not in out:
             out[prob["prompt"]] = {"id": f"builtin-{task}-{split}-{seed}-{len(out)}", **prob}
-    if len(out) < n:
-        raise ValueError(f"builtin_problems: only {len(out)} distinct {task}/{split} problems, asked for {n}")
+    _need(len(out) >= n, f"builtin_problems: only {len(out)} distinct {task}/{split} problems, asked for {n}")
     return list(out.values())
