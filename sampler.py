@@ -119,8 +119,7 @@ def sample(model, prompts, n=1, max_new_tokens=256, temperature=1.0, top_p=1.0, 
         if len(keep) < len(active):  # compact: finished rows leave the batch and the cache
             cache.batch_select_indices(keep)
             active, tokens, mask, positions = active[keep], tokens[keep], mask[keep], positions[keep]
-        mask = torch.cat([mask, mask.new_ones(len(active), 1)], dim=1)
-        positions = positions + 1
+        mask, positions = torch.cat([mask, mask.new_ones(len(active), 1)], dim=1), positions + 1  # the new token's slot
         logits = model(input_ids=tokens[:, None], attention_mask=mask, position_ids=positions, **kw).logits[:, -1]
     return _completions(out_tok.tolist(), out_lp.tolist(), stops, n)  # a row's draws after its stop are dropped
 
