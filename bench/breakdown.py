@@ -340,7 +340,7 @@ def parse(argv=None):
     p.add_argument("--temperature", type=float, default=0.7, help="sampling temperature (training's)")
     p.add_argument("--json", default=None, help="also write the records (no completions) to this file")
     p.add_argument("--fused", action="store_true", help="every call under bench/sampler.py's fused_layers (torch."
-                   "compile'd norms, MLPs, rotary: 16-21%% faster decode steps but 3%% on a whole call; where it goes)")
+                   "compile'd norms, MLPs, rotary: 1.21-1.36x per call here, nineteenth session; docs/benchmarks.md)")
     p.add_argument("--lora", type=int, default=0, metavar="RANK", help="wrap the model's linear layers in a LoRA "
                    "adapter of this rank and run every call under lora.merged, as training's rollouts do (default: none)")
     args = p.parse_args(argv)
