@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Is training repeatable on this machine? Runs the same short training twice, then twice more under
 # torch.use_deterministic_algorithms(True, warn_only=True) with CUBLAS_WORKSPACE_CONFIG=:4096:8, and prints for each
-# pair how many of the final adapters' tensors are bit-identical and each step's reward and per-role loss side by side.
+# pair how many of the final adapters' tensors are bit-identical and each step's reward and per-role loss side by side,
+# then the kernels that warned they have no deterministic implementation.
 # It tests the guess in docs/results.md (atomics in backward kernels); it measures nothing about speed.
 #   bash bench/determinism.sh MODEL DATA [OUTDIR] [train.py flags...]    e.g.
 #   bash bench/determinism.sh /root/mdl/hf .campaign/data/gsm8k/train.jsonl /tmp/det --problems 8 --group 4
@@ -36,3 +37,5 @@ PY
 }
 train False plain-a "$@"; train False plain-b "$@"; compare plain-a plain-b
 train True det-a "$@"; train True det-b "$@"; compare det-a det-b
+echo "warnings about determinism in det-a's log (the kernels that have no deterministic implementation):"
+grep -i "determinis" "$O/det-a.log" | cut -c1-240 | sort | uniq -c
