@@ -9,6 +9,7 @@ the update's forwards (causal, no mask) have a padded length per micro-batch. Sh
 it; it changes nothing in the project.
 
     python bench/sdpa.py probe [--dims 14,2,64]   # SDPA on new shapes, cuDNN allowed vs not: first call, repeat, kernel
+    python bench/sdpa.py decode [--dims 14,2,64]  # a decode step's attention, SDPA vs matmul_attention, in a graph
     python bench/sdpa.py on|off SCRIPT [ARGS...]  # run SCRIPT (train.py, bench/sampler.py, ...) as __main__ with
                                                   # cuDNN attention allowed (PyTorch's default, before issue 15) or
                                                   # disabled (the project's default since: models.load_model), also
@@ -23,7 +24,12 @@ the settings in opposite orders, each setting of each round with the same length
 the last's (new shapes, nearly the same work). For each: the mean first call, the mean second call, and the kernel a
 profiler saw at the first shape. The A/B of whole steps: `python bench/sdpa.py on train.py ...` and `... off train.py ...` one after the other, each alone
 on the GPU, then `python bench/steps.py RUN_ON RUN_OFF`.
-Left out: the CPU (no cuDNN there: `probe` says so and stops), other attention libraries.
+`decode` times the sampler's decode attention (one query per row) against `matmul_attention`, a contender written
+after the twenty-first session saw long-prompt stages decode ~3 ms per step slower at the same row count: 24 calls
+(one per layer of the 0.5B model) captured in one CUDA graph and replayed, at 6 row counts x 5 attended lengths, with
+each one's largest difference from the same attention in fp32. `python bench/breakdown.py --attention matmul` runs
+whole sampler calls with it.
+Left out: the CPU (no cuDNN there: `probe` and `decode` say so and stop), other attention libraries.
 """
 import os
 import runpy
@@ -74,6 +80,70 @@ def train_case(B, L, H, Hkv, D):
     return lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True).sum().backward()
 
 
+def matmul_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    """A contender for `sampler.gqa_attention` (same arguments and result): the decode attention as two batched
+    matmuls around a softmax, with no SDPA kernel. Its scores come out in fp32 (`bmm(..., out_dtype=float32)` on
+    CUDA; an fp32 matmul elsewhere), as SDPA's kernels keep them, and the probabilities are rounded to the values'
+    dtype for the second matmul, as flash attention does. Why: with cuDNN attention off, SDPA's masked decode runs the
+    memory-efficient kernel, which is not made for one query per row, and the Orch-Workers synthesiser (128 rows,
+    ~1,000-token prompts) decodes ~3 ms per step slower than the orchestrator at the same row count."""
+    B, H, q, D = query.shape
+    Hkv, L = key.shape[1], key.shape[2]
+    g = H // Hkv
+    mask = attention_mask[:, :, None].expand(B, 1, g, q, L).reshape(B, 1, g * q, L)
+    qs, ks = query.reshape(B * Hkv, g * q, D), key.reshape(B * Hkv, L, D).transpose(1, 2)
+    fp32_out = qs.is_cuda and qs.dtype in (torch.bfloat16, torch.float16)  # bmm's out_dtype: CUDA, 16-bit inputs
+    s = torch.bmm(qs, ks, out_dtype=torch.float32) if fp32_out else torch.bmm(qs.float(), ks.float())
+    s = torch.where(mask, s.view(B, Hkv, g * q, L) * (D ** -0.5 if scaling is None else scaling), float("-inf"))
+    out = torch.bmm(s.softmax(-1).to(value.dtype).view(B * Hkv, g * q, L), value.reshape(B * Hkv, L, D))
+    return out.view(B, H, q, D).transpose(1, 2), None
+
+
+def decode_compare(H, Hkv, D, rows=(8, 32, 64, 128, 256, 336), lengths=(256, 512, 1024, 1536, 2048), layers=24):
+    """GPU time of a decode step's attention (`layers` calls, replayed as one CUDA graph), SDPA as the sampler calls
+    it against matmul_attention, at each row count and attended length; and their largest difference from fp32."""
+    if not torch.cuda.is_available():
+        print("decode: no CUDA device here; nothing measured")
+        return
+    import sampler
+    print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}, heads {H} / kv heads {Hkv} / head dim {D}, "
+          f"cuDNN attention {'allowed' if torch.backends.cuda.cudnn_sdp_enabled() else 'disabled'}; "
+          f"ms per decode step's attention ({layers} calls)")
+    print(f"{'rows':>5s} {'slots':>6s} {'SDPA':>8s} {'matmul':>8s} {'SDPA/matmul':>12s} {'max |diff| SDPA':>16s} "
+          f"{'max |diff| matmul':>18s}")
+    for B in rows:
+        for L in lengths:
+            g = H // Hkv
+            q = torch.randn(B, H, 1, D, device="cuda", dtype=torch.bfloat16)
+            buf = torch.randn(2, B, Hkv, L + 128, D, device="cuda", dtype=torch.bfloat16)
+            k, v = buf[0][:, :, :L], buf[1][:, :, :L]
+            mask = torch.rand(B, 1, 1, L, device="cuda") > 0.2
+            mask[:, :, :, 0] = True
+            ref = sampler.gqa_attention(None, q.float(), k.float(), v.float(), mask, D ** -0.5)[0]
+            times, diffs = [], []
+            for fn in (sampler.gqa_attention, matmul_attention):
+                call = lambda: [fn(None, q, k, v, mask, D ** -0.5)[0] for _ in range(layers)]
+                diffs.append((call()[0].float() - ref).abs().max().item())
+                stream = torch.cuda.Stream()
+                stream.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(stream):
+                    call()  # warm-up off the default stream, as before a capture
+                torch.cuda.current_stream().wait_stream(stream)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    call()
+                graph.replay()
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                for _ in range(20):
+                    graph.replay()
+                end.record()
+                torch.cuda.synchronize()
+                times.append(start.elapsed_time(end) / 20)
+            print(f"{B:5d} {L:6d} {times[0]:8.3f} {times[1]:8.3f} {times[0] / times[1]:11.2f}x {diffs[0]:16.2e} "
+                  f"{diffs[1]:18.2e}", flush=True)
+
+
 def probe(H, Hkv, D):
     if not torch.cuda.is_available():
         print("probe: no CUDA device here (cuDNN attention is a GPU backend); nothing measured")
@@ -102,7 +172,10 @@ def probe(H, Hkv, D):
 
 
 def main(argv):
-    if argv[:1] == ["probe"]:
+    if argv[:1] == ["decode"]:
+        dims = argv[argv.index("--dims") + 1] if "--dims" in argv else "14,2,64"
+        decode_compare(*map(int, dims.split(",")))
+    elif argv[:1] == ["probe"]:
         dims = argv[argv.index("--dims") + 1] if "--dims" in argv else "14,2,64"  # Qwen2.5-0.5B; 1.5B: 12,2,128
         probe(*map(int, dims.split(",")))
     elif len(argv) >= 2 and argv[0] in ("on", "off"):
@@ -115,7 +188,7 @@ def main(argv):
         sys.path.insert(0, os.path.dirname(os.path.abspath(argv[1])))
         runpy.run_path(argv[1], run_name="__main__")
     else:
-        sys.exit("usage: python bench/sdpa.py probe [--dims H,HKV,D] | on|off SCRIPT [ARGS...]")
+        sys.exit("usage: python bench/sdpa.py probe|decode [--dims H,HKV,D] | on|off SCRIPT [ARGS...]")
 
 
 if __name__ == "__main__":

@@ -386,6 +386,45 @@ def test_sdpa_bench_switches_cudnn_attention_and_runs_the_script(tmp_path):
             torch.backends.cuda.enable_cudnn_sdp(was)
 
 
+@pytest.mark.parametrize("B,H,Hkv,q,L,D", [(3, 14, 2, 1, 37, 64), (2, 12, 2, 1, 50, 128), (2, 4, 4, 1, 9, 16),
+                                            (2, 14, 2, 3, 20, 64)])
+def test_matmul_attention_contender_equals_the_samplers_attention(B, H, Hkv, q, L, D):
+    """bench/sdpa.py's matmul_attention (issue 15: a decode attention without SDPA) gives gqa_attention's output in
+    fp32: grouped query heads, a mask with holes, keys and values read from a longer cache, one query or several."""
+    import sampler
+    from bench.sdpa import matmul_attention
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    g = torch.Generator().manual_seed(B * L)
+    query = torch.randn(B, H, q, D, generator=g).to(device)
+    key, value = (torch.randn(B, Hkv, L + 5, D, generator=g).to(device)[:, :, :L] for _ in range(2))
+    mask = (torch.rand(B, 1, q, L, generator=g) > 0.3).to(device)
+    mask[..., 0] = True
+    want, got = sampler.gqa_attention(None, query, key, value, mask, 0.3)[0], matmul_attention(None, query, key, value,
+                                                                                                 mask, 0.3)[0]
+    assert got.shape == want.shape == (B, q, H, D)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    mask[..., 1:] = False  # only the first slot: the output is its value, whatever the scores
+    one = matmul_attention(None, query, key, value, mask, None)[0]
+    torch.testing.assert_close(one, value[:, :, :1].repeat_interleave(H // Hkv, 1).transpose(1, 2).expand(B, q, H, D))
+
+
+def test_breakdown_attention_matmul_decodes_through_the_contender(capsys, monkeypatch):
+    """breakdown.py --attention matmul: every decode step's attention is the contender's; the sampler's own is put
+    back here afterwards (the registration is global)."""
+    import sampler
+    from transformers import AttentionInterface
+    from bench import breakdown, sdpa
+    calls, contender = [], sdpa.matmul_attention
+    monkeypatch.setattr(sdpa, "matmul_attention", lambda *a, **kw: (calls.append(a[1].shape[2]), contender(*a, **kw))[1])
+    try:
+        breakdown.main(["--model", "tiny", "--attention", "matmul", "--workloads", "natural", "--check-every", "8",
+                        "--new-tokens", "8", "--prompts", "2", "--n", "2"])
+    finally:
+        AttentionInterface.register("gqa_static", sampler.gqa_attention)
+    assert "matmul_attention on" in capsys.readouterr().out
+    assert calls and set(calls) == {1}  # decoding only: one query per row (the prefill is SDPA's causal attention)
+
+
 def test_lanes_bench_splits_the_work_and_leaves_the_sampler_as_it_was(capsys):
     """bench/lanes.py (issue 15 item 3's measurement): every prompt in exactly one lane, a capture state per thread,
     each lane count timed on the same work, every lane writing the same tokens at once as alone, and the sampler's
