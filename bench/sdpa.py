@@ -106,9 +106,10 @@ def decode_compare(H, Hkv, D, rows=(8, 32, 64, 128, 256, 336), lengths=(256, 512
         print("decode: no CUDA device here; nothing measured")
         return
     import sampler
+    was = torch.backends.cuda.cudnn_sdp_enabled()
+    torch.backends.cuda.enable_cudnn_sdp(False)  # as in training (models.load_model); restored at the end
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}, heads {H} / kv heads {Hkv} / head dim {D}, "
-          f"cuDNN attention {'allowed' if torch.backends.cuda.cudnn_sdp_enabled() else 'disabled'}; "
-          f"ms per decode step's attention ({layers} calls)")
+          f"cuDNN attention disabled as in training; ms per decode step's attention ({layers} calls)")
     print(f"{'rows':>5s} {'slots':>6s} {'SDPA':>8s} {'matmul':>8s} {'SDPA/matmul':>12s} {'max |diff| SDPA':>16s} "
           f"{'max |diff| matmul':>18s}")
     for B in rows:
@@ -142,6 +143,7 @@ def decode_compare(H, Hkv, D, rows=(8, 32, 64, 128, 256, 336), lengths=(256, 512
                 times.append(start.elapsed_time(end) / 20)
             print(f"{B:5d} {L:6d} {times[0]:8.3f} {times[1]:8.3f} {times[0] / times[1]:11.2f}x {diffs[0]:16.2e} "
                   f"{diffs[1]:18.2e}", flush=True)
+    torch.backends.cuda.enable_cudnn_sdp(was)
 
 
 def probe(H, Hkv, D):

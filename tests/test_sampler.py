@@ -382,6 +382,8 @@ def test_sdpa_bench_switches_cudnn_attention_and_runs_the_script(tmp_path):
             torch.backends.cuda.enable_cudnn_sdp(False)
             sdpa.probe(14, 2, 64)
             assert not torch.backends.cuda.cudnn_sdp_enabled()  # left as it found it
+            sdpa.decode_compare(14, 2, 64, rows=(8,), lengths=(256,))  # the contender's timing runs through
+            assert not torch.backends.cuda.cudnn_sdp_enabled()
         finally:
             torch.backends.cuda.enable_cudnn_sdp(was)
 
