@@ -112,9 +112,16 @@ def decode_compare(H, Hkv, D, rows=(8, 32, 64, 128, 256, 336), lengths=(256, 512
           f"cuDNN attention disabled as in training; ms per decode step's attention ({layers} calls)")
     print(f"{'rows':>5s} {'slots':>6s} {'SDPA':>8s} {'matmul':>8s} {'SDPA/matmul':>12s} {'max |diff| SDPA':>16s} "
           f"{'max |diff| matmul':>18s}")
+    try:  # one small call first: a PyTorch without bmm's out_dtype says so here, in one line
+        q = torch.randn(2, H, 1, D, device="cuda", dtype=torch.bfloat16)
+        kv = torch.randn(2, Hkv, 16, D, device="cuda", dtype=torch.bfloat16)
+        matmul_attention(None, q, kv, kv, torch.ones(2, 1, 1, 16, dtype=torch.bool, device="cuda"), D ** -0.5)
+    except (RuntimeError, TypeError) as e:
+        print(f"decode: matmul_attention cannot run here ({str(e).splitlines()[0]}); nothing measured")
+        torch.backends.cuda.enable_cudnn_sdp(was)
+        return
     for B in rows:
         for L in lengths:
-            g = H // Hkv
             q = torch.randn(B, H, 1, D, device="cuda", dtype=torch.bfloat16)
             buf = torch.randn(2, B, Hkv, L + 128, D, device="cuda", dtype=torch.bfloat16)
             k, v = buf[0][:, :, :L], buf[1][:, :, :L]
