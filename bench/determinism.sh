@@ -18,6 +18,7 @@ runpy.run_path('train.py', run_name='__main__')" --model "$M" --data "$D" --step
         > "$O/$name.log" 2>&1 || { echo "$name failed:"; tail -n 3 "$O/$name.log"; }
 }
 compare() {  # A B
+    [ -s "$O/$1/metrics.jsonl" ] && [ -s "$O/$2/metrics.jsonl" ] || { echo "$1 vs $2: not compared, a run failed"; return; }
     python - "$O/$1" "$O/$2" <<'PY'
 import json, sys, pathlib
 a, b = (pathlib.Path(p) for p in sys.argv[1:])
