@@ -264,6 +264,7 @@ def optimizer_step(model, adapter, rows, adv, old_lp, ref_lp, opt, args, stats):
         idx = [i for i, r in enumerate(rows) if r.role == role and (adv[i] != 0 or kl_coef)]
         pick = lambda xs: [xs[i] for i in idx]
         stats[role]["weight_share"].append(shares[role])
+        stats[role]["rows_run"].append(len(idx))
         finite &= role_backward(model, pick(rows), pick(adv), pick(old_lp), pick(ref_lp), pick(weights), kl_coef,
                                 args, stats[role])
         grads = torch.cat([p.grad.flatten() for p in params])
@@ -335,7 +336,7 @@ def row_logprobs(model, rows, temperature):
 def role_stats():
     """A role's update sums in one training step; losses and grad_norms hold one entry per optimizer step."""
     return dict(weight_share=[], losses=[], grad_norms=[], entropy_sum=0.0, clipped=0, kl_sum=0.0, gap_sum=0.0,
-                train_tokens=0, optimizer_steps=0, coherence=[])
+                train_tokens=0, optimizer_steps=0, coherence=[], rows_run=[])
 
 
 def role_metrics(rows, s, degenerate):
@@ -351,6 +352,7 @@ def role_metrics(rows, s, degenerate):
             # per token of the rows the update ran (advantage != 0 or a KL term); None when it ran none
             **{name: s[key] / s["train_tokens"] if s["train_tokens"] else None for name, key in (
                ("entropy", "entropy_sum"), ("clip_fraction", "clipped"), ("kl", "kl_sum"), ("logprob_gap", "gap_sum"))},
+            "rows_run": s["rows_run"], "grad_norms": s["grad_norms"],  # per optimizer step, in order (C5: per instance)
             "optimizer_steps": s["optimizer_steps"],  # I6 (--coherence): mean cos(g, EMA) and gradient scale
             **dict(zip(("coherence_cos", "coherence_scale"), map(mean, zip(*s["coherence"])))),  # none without I6
             "diag_correct": mean([r.correct for r in rows if r.correct is not None])}
@@ -817,7 +819,8 @@ def whole_batch(episodes, adv, singletons, stats):
         singletons = sum(p[2] for p in parts)
         for role, s in stats.items():
             s.update({k: sum(p[3][role][k] for p in parts) for k in summed})
-            s["losses"] = [sum(x) for x in zip(*[p[3][role]["losses"] for p in parts])]  # every rank walks each step
+            for k in ("losses", "rows_run"):  # every rank walks each optimizer step
+                s[k] = [sum(x) for x in zip(*[p[3][role][k] for p in parts])]
     return episodes, [t for ep in episodes for t in ep.turns], adv, singletons
 
 

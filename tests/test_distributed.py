@@ -155,6 +155,8 @@ def assert_close_tree(a, b, path=""):
         assert len(a) == len(b), path
         for i, (x, y) in enumerate(zip(a, b)):
             assert_close_tree(x, y, f"{path}[{i}]")
+    elif isinstance(a, list) and a and isinstance(a[0], float):  # per-optimizer-step values (grad_norms)
+        assert b == pytest.approx(a, rel=1e-5, abs=1e-6), path
     elif isinstance(a, float) and isinstance(b, (int, float)):
         # abs: sums such as the loss cancel to ~0 (advantages have mean 0), leaving rounding noise
         assert b == pytest.approx(a, rel=1e-5, abs=1e-6), path

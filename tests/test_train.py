@@ -817,6 +817,24 @@ def test_grad_norm_and_loss_are_per_optimizer_step(tmp_path, monkeypatch):
     assert g["grad_norm"] == pytest.approx(sum(norms[:3]) / 3, rel=1e-5)
     assert g["grad_norm_max"] == pytest.approx(max(norms[:3]), rel=1e-5) and max(norms[:3]) > min(norms[:3])
     assert a["grad_norm"] == pytest.approx(norms[3], rel=1e-5) == a["grad_norm_max"]
+    assert g["grad_norms"] == pytest.approx(norms[:3], rel=1e-5) and a["grad_norms"] == pytest.approx(norms[3:], rel=1e-5)
+
+
+def test_rows_run_per_optimizer_step(tmp_path, monkeypatch):
+    """Each optimizer step's count of rows run is logged per role, in order (C5: how many rows each per-instance
+    voter stepped on); rows with advantage 0 are not run, so the counts add up to the rows minus those."""
+    # every answer to the first problem 0 (its group's advantages 0), to the second 0, 1, 0, 1, ... (the voters' answers
+    # are graded; an episode's reward is its pick's)
+    monkeypatch.setattr(workflows.rewards, "grade", lambda texts, problems, **kw: [
+        (float(p != problems[0] and i % 2 == 1), "wrong") for i, p in enumerate(problems)])
+    out = str(tmp_path / "run")
+    train.main(["--workflow", "voting", "--policy", "ip", "--parallel-steps", "per-instance", "--steps", "1",
+                "--out", out, *SMALL])
+    m = read_metrics(out)[0]
+    g, a = m["roles"]["generator"], m["roles"]["aggregator"]
+    assert len(g["rows_run"]) == len(g["grad_norms"]) == 3 and len(a["rows_run"]) == 1
+    assert m["zero_advantage_rows"] > 0 and min(g["rows_run"]) > 0
+    assert sum(g["rows_run"]) + sum(a["rows_run"]) == m["rows"] - m["zero_advantage_rows"]  # no KL term
 
 
 @pytest.mark.parametrize("shift", [0.0, 0.5])
