@@ -176,9 +176,9 @@ def gqa_attention(module, query, key, value, attention_mask, scaling=None, dropo
     mask repeated G times (a view when q = 1), so SDPA reads each cached head once, copies nothing and
     takes a fused masked kernel (the memory-efficient one on the H200, where models.load_model turns
     cuDNN attention off; bench/sdpa.py's matmul_attention is a contender). Seen on the H200 (torch
-    2.11) in a process where vLLM's engine had started: SDPA with enable_gqa and a mask took the math path, which copies the cache
-    per query head and computes in fp32 (45 ms per decode step at 512 rows, 7.3 ms folded); HF's SDPA
-    path copies per head too. Returns (B, q, H, D) as HF's attention functions do."""
+    2.11) in a process where vLLM's engine had started: SDPA with enable_gqa and a mask took the math
+    path, which copies the cache per query head and computes in fp32 (45 ms per decode step at 512
+    rows, 7.3 ms folded); HF's SDPA path copies per head too. Returns (B, q, H, D) as HF's attention functions do."""
     B, H, q, D = query.shape
     g = H // key.shape[1]
     mask = attention_mask[:, :, None].expand(B, 1, g, q, attention_mask.shape[-1]).reshape(B, 1, g * q, -1)

@@ -183,12 +183,9 @@ def probe(H, Hkv, D):
 
 
 def main(argv):
-    if argv[:1] == ["decode"]:
-        dims = argv[argv.index("--dims") + 1] if "--dims" in argv else "14,2,64"
-        decode_compare(*map(int, dims.split(",")))
-    elif argv[:1] == ["probe"]:
+    if argv[:1] in (["decode"], ["probe"]):
         dims = argv[argv.index("--dims") + 1] if "--dims" in argv else "14,2,64"  # Qwen2.5-0.5B; 1.5B: 12,2,128
-        probe(*map(int, dims.split(",")))
+        (decode_compare if argv[0] == "decode" else probe)(*map(int, dims.split(",")))
     elif len(argv) >= 2 and argv[0] in ("on", "off"):
         import models  # load_model turns cuDNN attention off (issue 15): set it again after every load
         load, flag = models.load_model, argv[0] == "on"
