@@ -1114,8 +1114,9 @@ def test_record_lost_keeps_every_attempt(run_dir, tmp_path, capsys):
     campaign.main(["--record-lost", run_dir, "--results", str(lost)])  # the same attempt again: replaced
     assert [r["lost"]["started"][11:16] for r in campaign.read_jsonl(str(lost))] == ["17:04", "22:46"]
     assert "| single-s1 (started 2025-12-03T22:46, lost at 47) |" in campaign.table(str(lost))
-    campaign.plot(str(lost), str(tmp_path))
-    assert sorted(p.name for p in tmp_path.glob("*.png")) == ["lost-claim-C1.png", "lost-claim-C2.png"]
+    if importlib.util.find_spec("matplotlib"):  # the figures need it (CI installs it; the project does not)
+        campaign.plot(str(lost), str(tmp_path))
+        assert sorted(p.name for p in tmp_path.glob("*.png")) == ["lost-claim-C1.png", "lost-claim-C2.png"]
     code = tmp_path / "single-s1-code"  # a code cell's folder: the record names the cell
     shutil.copytree(run_dir, code)
     config["task"] = "code"
