@@ -364,15 +364,14 @@ def main(argv=None):
         lora.add_adapter(model, "bench", rank=args.lora)
         lora.set_adapter(model, "bench")
         print(f"LoRA wrappers on: an adapter of rank {args.lora}, every call under lora.merged")
-    if args.attention == "matmul":  # the name sample_fast's decoding asks for, pointed at the contender
-        from transformers import AttentionInterface
+    from bench.sampler import decode_attention, fused_layers
+    if args.attention == "matmul":
         from bench.sdpa import matmul_attention
-        AttentionInterface.register("gqa_static", matmul_attention)
         print("matmul_attention on: every decode step's attention is two batched matmuls around a softmax")
     if args.fused:
-        from bench.sampler import fused_layers
         print("fused_layers on: the model's RMSNorms, MLPs and rotary run torch.compile'd copies in every call")
     with fused_layers(model) if args.fused else contextlib.nullcontext(), \
+            decode_attention(matmul_attention) if args.attention == "matmul" else contextlib.nullcontext(), \
             lora.merged(model) if args.lora else contextlib.nullcontext():
         results = report(model, tok, args)
     print(f"\nwall time {time.perf_counter() - STARTED:.1f} s since the script started (imports, model load included)")

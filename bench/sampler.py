@@ -5,7 +5,9 @@ then, `min_new_tokens` on both sides), so every contender produces the same numb
 Natural-stop workload (--natural, what rollouts are): a row ends at a stop id or at --new-tokens;
 each contender's generated tokens are counted and its time per call compared. --vllm FOLDER adds
 vLLM (when importable; a benchmark contender only, never a dependency) on the same prompts, with
-the same stop ids, temperature and n. Each contender is run once to warm up, then timed over
+the same stop ids, temperature and n. On CUDA ours also runs with bench/sdpa.py's matmul_attention as its decode
+attention (`decode_attention`), and --long LO HI makes the prompts LO-HI tokens long (a synthesiser's call; use
+--n 1). Each contender is run once to warm up, then timed over
 --repeats calls; tokens/s and the ratios are printed. --profile prints, for our decode step at 8,
 64 and 512 rows, the time per step under the CUDA graph, the kernels per step and their GPU time
 (eager, torch.profiler), the top kernels, and how many graphs a natural-stop call captures.
@@ -32,11 +34,13 @@ import time
 
 import torch
 import transformers
+from transformers import AttentionInterface
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from data import builtin_problems, load_problems  # noqa: E402
 from models import chat_ids, load_model, stop_ids  # noqa: E402
-from sampler import sample  # noqa: E402
+from sampler import gqa_attention, sample  # noqa: E402
+from bench.sdpa import matmul_attention  # noqa: E402
 import lora  # noqa: E402
 
 
@@ -90,6 +94,8 @@ def main():
     p.add_argument("--arch", choices=list(ARCHS), default=None, help="random-weight Qwen3 of this shape")
     p.add_argument("--lora", type=int, default=0, help="rank: time ours with a random LoRA adapter, unmerged vs lora.merged")
     p.add_argument("--natural", action="store_true", help="rows stop at a stop id (rollouts), not forced")
+    p.add_argument("--long", type=int, nargs=2, default=None, metavar=("LO", "HI"), help="prompts of LO-HI tokens "
+                   "(solved problems, then a new one: a synthesiser's or aggregator's call, bench/breakdown.py's)")
     p.add_argument("--vllm", default=None, help="HF model folder: add vLLM as a contender")
     p.add_argument("--profile", action="store_true", help="profile our decode step at 8, 64, 512 rows")
     p.add_argument("--skip", nargs="*", default=[], choices=["dynamic", "static", "ours"], help="contenders to leave out")
@@ -106,6 +112,11 @@ def main():
         model.generation_config.eos_token_id = stop_ids(model, tok)
     problems = load_problems(args.data, "math") if args.data else builtin_problems("math", "test", n=args.prompts)
     prompts = [chat_ids(tok, q["prompt"]) for q in problems[:args.prompts]]
+    if args.long:
+        from bench.breakdown import long_prompts
+        sizes = [len(ids) for ids in tok([f"Problem: {q['prompt']}\nAnswer: {q['answer']}\n\n" for q in problems],
+                                         add_special_tokens=False)["input_ids"]]
+        prompts = long_prompts(tok, problems, sizes, args.prompts, *args.long, 0)
     stops, N = stop_ids(model, tok), args.new_tokens
     rows = args.prompts * args.n
     gen = torch.Generator(device=device).manual_seed(0)
@@ -113,8 +124,9 @@ def main():
     forced = 0 if args.natural else N
     generated = {}  # contender -> tokens of its last call
 
-    def ours(name="ours", fuse=False):
-        with fused_layers(model) if fuse else contextlib.nullcontext():
+    def ours(name="ours", fuse=False, matmul=False):
+        with fused_layers(model) if fuse else contextlib.nullcontext(), \
+                decode_attention(matmul_attention) if matmul else contextlib.nullcontext():
             out = sample(model, prompts, n=args.n, max_new_tokens=N, temperature=args.temperature, stop_ids=stops,
                          pad_id=tok.pad_token_id, generator=gen, min_new_tokens=forced)
         generated[name] = sum(len(c.tokens) for c in out)
@@ -145,6 +157,7 @@ def main():
         contenders.append(("ours: sampler.sample", lambda: ours(name="ours: sampler.sample")))
         if device.type == "cuda":  # + the decoder's norms, MLPs and rotary compiled (fused_layers below)
             contenders.append(("ours, fused_layers", lambda: ours(name="ours, fused_layers", fuse=True)))
+            contenders.append(("ours, matmul attention", lambda: ours(name="ours, matmul attention", matmul=True)))
     if args.lora:  # timed last: the adapter is added at its first (warm-up) call, after the others ran
         def with_adapter(merge):
             if "bench" not in lora.adapter_names(model):
@@ -184,6 +197,17 @@ def main():
         print(f"floor (bandwidth / FLOPs bound): {floor:.3f} s/call = {rows * N / floor:,.0f} tok/s")
         if ours_tps:
             print(f"ratio ours / floor: {ours_tps / (rows * N / floor):.3f}")
+
+
+@contextlib.contextmanager
+def decode_attention(fn):
+    """sample_fast's decode attention ("gqa_static", sampler.gqa_attention) pointed at `fn` while the block runs. Safe
+    between calls: each call captures its own CUDA graphs."""
+    AttentionInterface.register("gqa_static", fn)
+    try:
+        yield
+    finally:
+        AttentionInterface.register("gqa_static", gqa_attention)
 
 
 _COMPILED = {}  # function -> its torch.compile'd copy, compiled once per process (and per input rank)

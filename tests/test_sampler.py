@@ -427,6 +427,28 @@ def test_breakdown_attention_matmul_decodes_through_the_contender(capsys, monkey
     assert calls and set(calls) == {1}  # decoding only: one query per row (the prefill is SDPA's causal attention)
 
 
+def test_decode_attention_routes_only_the_calls_inside_it(tiny):
+    """bench/sampler.py's decode_attention (the 'ours, matmul attention' contender): a sample_fast call inside the block
+    decodes through the given function, and the sampler's own attention is back after it, also after an error."""
+    import sampler
+    from transformers import AttentionInterface
+    from bench.sampler import decode_attention
+    from bench.sdpa import matmul_attention
+    model, tok = tiny
+    calls = []
+    spy = lambda *a, **kw: (calls.append(a[1].shape[2]), matmul_attention(*a, **kw))[1]
+    run = lambda: [c.tokens for c in sampler.sample_fast(model, [[5, 6, 7], [8, 9]], 2, 6, 0.7, [], 0,
+                                                         torch.Generator().manual_seed(0))]
+    with decode_attention(spy):
+        inside = run()
+    assert calls and set(calls) == {1}  # decoding only (one query per row); the prefill is SDPA's causal attention
+    n = len(calls)
+    assert run() == inside and len(calls) == n  # fp32 on CPU: the same tokens; outside the block, not called
+    with pytest.raises(RuntimeError), decode_attention(spy):
+        raise RuntimeError
+    assert AttentionInterface._global_mapping["gqa_static"] is sampler.gqa_attention
+
+
 def test_lanes_bench_splits_the_work_and_leaves_the_sampler_as_it_was(capsys):
     """bench/lanes.py (issue 15 item 3's measurement): every prompt in exactly one lane, a capture state per thread,
     each lane count timed on the same work, every lane writing the same tokens at once as alone, and the sampler's
