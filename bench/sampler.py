@@ -98,7 +98,7 @@ def main():
                    "(solved problems, then a new one: a synthesiser's or aggregator's call, bench/breakdown.py's)")
     p.add_argument("--vllm", default=None, help="HF model folder: add vLLM as a contender")
     p.add_argument("--profile", action="store_true", help="profile our decode step at 8, 64, 512 rows")
-    p.add_argument("--skip", nargs="*", default=[], choices=["dynamic", "static", "ours"], help="contenders to leave out")
+    p.add_argument("--skip", nargs="*", default=[], choices=["dynamic", "static", "ours", "fused", "matmul"], help="contenders to leave out")
     args = p.parse_args()
 
     model, tok = load_model(args.model)
@@ -156,8 +156,10 @@ def main():
     if "ours" not in args.skip:
         contenders.append(("ours: sampler.sample", lambda: ours(name="ours: sampler.sample")))
         if device.type == "cuda":  # + the decoder's norms, MLPs and rotary compiled (fused_layers below)
-            contenders.append(("ours, fused_layers", lambda: ours(name="ours, fused_layers", fuse=True)))
-            contenders.append(("ours, matmul attention", lambda: ours(name="ours, matmul attention", matmul=True)))
+            if "fused" not in args.skip:
+                contenders.append(("ours, fused_layers", lambda: ours(name="ours, fused_layers", fuse=True)))
+            if "matmul" not in args.skip:
+                contenders.append(("ours, matmul attention", lambda: ours(name="ours, matmul attention", matmul=True)))
     if args.lora:  # timed last: the adapter is added at its first (warm-up) call, after the others ran
         def with_adapter(merge):
             if "bench" not in lora.adapter_names(model):
