@@ -57,7 +57,7 @@ MATH_CASES = [  # (completion, gold, reward)
     ("\\boxed{5.5}", "1\\frac{1}{2}", 0), ("\\boxed{1.5}", "1\\frac{1}{2}", 1), ("\\boxed{7}", "2\\frac{1}{3}", 0),
     ("\\boxed{3 \\frac{1}{2}}", "3.5", 1), ("\\boxed{3 \\frac{1}{2}}", "15.5", 0), ("\\boxed{-2\\frac12}", "-2.5", 1),
     ("\\boxed{2(3)}", "23", 0), ("\\boxed{1 1/2}", "5.5", 0), ("\\boxed{(12)}", "12", 1), ("\\boxed{2x\\frac{1}{2}}", "x", 1),
-    ("\\boxed{12 \\text{ apples}}", "12", 1), ("\\boxed{12 apples}", "12", 1), ("\\boxed{12 apples}", "13", 0),
+    ("\\boxed{12 \\text{ apples}}", "12", 1), ("\\boxed{12 apples}", "12", 1), ("\\boxed{12 apples}", "13", 0), ("\\boxed{3 times}", "3", 1),
     ("\\boxed{\\text{12 apples}}", "12", 1), ("\\boxed{2}", "2 \\text{ m}", 1), ("\\boxed{5 x}", "5x", 1),
     ("\\boxed{\\frac{}", "\\frac{", 0), ("\\boxed{?}", "?", 0), ("\\boxed{()}", "()", 0), ("\\boxed{5}", "", 0),
 ]
@@ -124,6 +124,9 @@ GAMED = [  # (completion, gold): none of these is equal to its gold
     ("\\boxed{9 (9)}", "81"), ("\\boxed{9(9)}", "81"), ("\\boxed{{9}{9}}", "81"), ("\\boxed{512.0.n(1)}", "500"),
     ("\\boxed{0x10}", "16"), ("\\boxed{0b11}", "3"), ("\\boxed{7//2}", "3"), ("\\boxed{5j*0+5}", "5"),
     ("\\boxed{E1(1+1)*0}", "0"), ("\\boxed{\\infty^0}", "1"), ("\\boxed{\\frac{1}{\\infty}}", "0"), ("\\boxed{0^{\\infty}}", "0"),
+    # the twenty-second session's red-team review (math): a multiplier word after the number was dropped like a unit ("5 thousand" -> 5)
+    ("\\boxed{5 thousand}", "5"), ("\\boxed{12 squared}", "12"), ("\\boxed{10 dozen}", "10"), ("\\boxed{9 \\text{ twice}}", "9"),
+    ("\\boxed{2 k}", "2"), ("\\boxed{3 hundred apples}", "3"), ("\\boxed{4 and a half}", "4"),
 ]
 FIXED = [  # (completion, gold): equal, and scored 0 before
     ("\\boxed{4210_5}", "4210_{5}"), ("\\boxed{\u22125}", "-5"), ("\\boxed{9}", "9 (apples)"), ("\\boxed{9 (apples)}", "9"),
