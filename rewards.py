@@ -462,8 +462,9 @@ def _drop_words(s: str, other: str) -> str:
     is not part of the answer. Only then, so '5 x' still differs from gold '5x'; and not after a hedge ('5 or 6') or a
     multiplier ('5 thousand', '12 squared', '2 k'), which change what the number says."""
     m = re.fullmatch(r"([-+]?\d[\d.,/]*)\s+(?:[a-zA-Z][a-zA-Z .'-]*|\([a-zA-Z][a-zA-Z .'-]+\))", s)
-    hedge = m and re.search(r"\b(or|and|to|than|more|less|least|most|about|around|approx\w*|between|plus|minus|not|hundreds?"
-                            r"|thousands?|millions?|billions?|trillions?|dozens?|squared|cubed|twice|thrice|half|double|triple|k)\b", s)
+    hedge = m and re.search(r"\b(or|and|to|than|more|less|least|most|about|around|approx\w*|between|plus|minus|not"
+                            r"|hundreds?|thousands?|millions?|billions?|trillions?|dozens?|squared|cubed|twice|thrice"
+                            r"|half|double|triple|k)\b", s)
     return m.group(1) if m and not hedge and re.fullmatch(r"[-+]?\d[\d.,/]*", other) else s
 
 

@@ -98,7 +98,8 @@ def main():
                    "(solved problems, then a new one: a synthesiser's or aggregator's call, bench/breakdown.py's)")
     p.add_argument("--vllm", default=None, help="HF model folder: add vLLM as a contender")
     p.add_argument("--profile", action="store_true", help="profile our decode step at 8, 64, 512 rows")
-    p.add_argument("--skip", nargs="*", default=[], choices=["dynamic", "static", "ours", "fused", "matmul"], help="contenders to leave out")
+    p.add_argument("--skip", nargs="*", default=[], choices=["dynamic", "static", "ours", "fused", "matmul"],
+                   help="contenders to leave out")
     args = p.parse_args()
 
     model, tok = load_model(args.model)

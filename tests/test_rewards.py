@@ -124,7 +124,8 @@ GAMED = [  # (completion, gold): none of these is equal to its gold
     ("\\boxed{9 (9)}", "81"), ("\\boxed{9(9)}", "81"), ("\\boxed{{9}{9}}", "81"), ("\\boxed{512.0.n(1)}", "500"),
     ("\\boxed{0x10}", "16"), ("\\boxed{0b11}", "3"), ("\\boxed{7//2}", "3"), ("\\boxed{5j*0+5}", "5"),
     ("\\boxed{E1(1+1)*0}", "0"), ("\\boxed{\\infty^0}", "1"), ("\\boxed{\\frac{1}{\\infty}}", "0"), ("\\boxed{0^{\\infty}}", "0"),
-    # the twenty-second session's red-team review (math): a multiplier word after the number was dropped like a unit ("5 thousand" -> 5)
+    # the twenty-second session's red-team review (math): a multiplier word after the number was dropped like a unit
+    # ("5 thousand" -> 5)
     ("\\boxed{5 thousand}", "5"), ("\\boxed{12 squared}", "12"), ("\\boxed{10 dozen}", "10"), ("\\boxed{9 \\text{ twice}}", "9"),
     ("\\boxed{2 k}", "2"), ("\\boxed{3 hundred apples}", "3"), ("\\boxed{4 and a half}", "4"),
 ]
