@@ -575,7 +575,7 @@ def save_record(results, record):
 def plot(results, out_dir):
     """One PNG per claim and (model, task): held-out pass@1 vs step (± se band), one line per run; beside it each
     run's per-role training entropy (running mean over 5 steps); for the judges, also each run's judge_curve (records
-    from commit 2b82164 on; older ones: base, peak and final as points). claim-C1.png for the 0.5B math grid, else
+    from commit 2b82164 on; older ones: base, peak and final as points); C5 and I6 one row of these per workflow. claim-C1.png for the 0.5B math grid, else
     claim-C1-MODEL-TASK.png; from lost.jsonl, lost-claim-C1.png. Claims with no runs yet are skipped."""
     import matplotlib
     matplotlib.use("Agg")
@@ -588,34 +588,40 @@ def plot(results, out_dir):
         if not runs:
             continue
         judged = claim == "judges" and any(judge_curve(r) for r in runs)
-        fig, (a, b, *c) = plt.subplots(1, 3 if judged else 2, figsize=(18 if judged else 12, 4.5))
-        for r in sorted(runs, key=label):
-            steps, acc, se = (np.array([p[k] for p in r["curve"]]) for k in ("step", "pass@1", "se"))
-            line, = a.plot(steps, acc, marker="o", label=label(r))
-            a.fill_between(steps, acc - se, acc + se, color=line.get_color(), alpha=0.15)
-            old = not r.get("judge_curve")  # an older record: its base, peak and final as points
-            for key, style, mark in (("default_picks", "-", "o"), ("approved", "--", "s"), ("unparseable", ":", "x")) \
-                    if judged else ():
-                if pts := [(j["step"], j[key]) for j in judge_curve(r) if key in j]:
-                    c[0].plot(*zip(*pts), marker=mark, linestyle="none" if old else style, color=line.get_color(),
-                              label=f"{label(r)} {key}" + (" (base, peak, final)" if old else ""))
-            for role, ent in r["train_curve"]["entropy"].items():
-                x = np.array(ent, dtype=float)  # None (no row ran) -> nan, left out of the running mean
-                smooth = [np.nanmean(x[max(0, i - 4):i + 1]) if np.isfinite(x[max(0, i - 4):i + 1]).any() else np.nan
-                          for i in range(len(x))]  # trailing running mean over (up to) 5 steps
-                b.plot(np.arange(1, len(ent) + 1), smooth, color=line.get_color(),
-                       linestyle=["-", "--", ":", "-."][list(r["train_curve"]["entropy"]).index(role) % 4],
-                       label=f"{label(r)} {role}")
-        r0 = runs[0]
-        a.set(xlabel="training step", ylabel=f"held-out pass@1 ({r0['eval_data']}, {r0['eval_problems']} x "
-              f"{r0['eval_n']}, T={r0['eval_temperature']})", title=f"{claim}: {r0['model']}, {r0['task']}")
-        b.set(xlabel="training step", ylabel="entropy (nats/token, running mean 5)", title="per-role entropy")
-        a.legend(fontsize=8)
-        b.legend(fontsize=7)
-        if judged:
-            c[0].set(xlabel="training step", ylabel="share of the judge's held-out decisions", ylim=(-0.03, 1.03),
-                     title="the judge: default picks (Voting); approvals, unparseable (Eval-Opt)")
-            c[0].legend(fontsize=7)
+        # C5 and I6 compare variants within a workflow: one row of panels per workflow, else one row
+        rows = sorted({r["workflow"] for r in runs}) if claim in ("C5", "I6") else [None]
+        fig, axes = plt.subplots(len(rows), 3 if judged else 2, figsize=(18 if judged else 12, 4.5 * len(rows)),
+                                 squeeze=False)
+        for (a, b, *c), workflow in zip(axes, rows):
+            mine = [r for r in runs if workflow in (None, r["workflow"])]
+            for r in sorted(mine, key=label):
+                steps, acc, se = (np.array([p[k] for p in r["curve"]]) for k in ("step", "pass@1", "se"))
+                line, = a.plot(steps, acc, marker="o", label=label(r))
+                a.fill_between(steps, acc - se, acc + se, color=line.get_color(), alpha=0.15)
+                old = not r.get("judge_curve")  # an older record: its base, peak and final as points
+                for key, style, mark in (("default_picks", "-", "o"), ("approved", "--", "s"),
+                                         ("unparseable", ":", "x")) if judged else ():
+                    if pts := [(j["step"], j[key]) for j in judge_curve(r) if key in j]:
+                        c[0].plot(*zip(*pts), marker=mark, linestyle="none" if old else style, color=line.get_color(),
+                                  label=f"{label(r)} {key}" + (" (base, peak, final)" if old else ""))
+                for role, ent in r["train_curve"]["entropy"].items():
+                    x = np.array(ent, dtype=float)  # None (no row ran) -> nan, left out of the running mean
+                    smooth = [np.nanmean(x[max(0, i - 4):i + 1]) if np.isfinite(x[max(0, i - 4):i + 1]).any()
+                              else np.nan for i in range(len(x))]  # trailing running mean over (up to) 5 steps
+                    b.plot(np.arange(1, len(ent) + 1), smooth, color=line.get_color(),
+                           linestyle=["-", "--", ":", "-."][list(r["train_curve"]["entropy"]).index(role) % 4],
+                           label=f"{label(r)} {role}")
+            r0 = mine[0]
+            a.set(xlabel="training step", ylabel=f"held-out pass@1 ({r0['eval_data']}, {r0['eval_problems']} x "
+                  f"{r0['eval_n']}, T={r0['eval_temperature']})",
+                  title=f"{claim}: {r0['model']}, {r0['task']}" + (f", {workflow}" if workflow else ""))
+            b.set(xlabel="training step", ylabel="entropy (nats/token, running mean 5)", title="per-role entropy")
+            a.legend(fontsize=8)
+            b.legend(fontsize=7)
+            if judged:
+                c[0].set(xlabel="training step", ylabel="share of the judge's held-out decisions", ylim=(-0.03, 1.03),
+                         title="the judge: default picks (Voting); approvals, unparseable (Eval-Opt)")
+                c[0].legend(fontsize=7)
         fig.tight_layout()
         tag = "" if (model, task) == (DEFAULT_MODEL, "math") else f"-{model}-{task}"
         lost = os.path.basename(results) == os.path.basename(LOST)  # its figures never replace the grid's

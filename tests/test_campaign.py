@@ -114,6 +114,21 @@ def test_plots(run_dir, tmp_path):
                                        "claim-C2.png", "claim-C3.png", "claim-C4.png", "claim-judges.png"]
 
 
+def test_c5_figure_has_a_row_per_workflow(run_dir, tmp_path):
+    """C5 (and I6) compare variants within a workflow: one row of panels per workflow among its runs, so a figure with
+    Voting and Orch-Workers runs is twice as tall as C1's one row of the same runs."""
+    pytest.importorskip("matplotlib")
+    import matplotlib.image
+    r = campaign.build_record(run_dir, "single-s1", campaign.DEFAULT_MODEL, "gsm8k/test.jsonl", 500, 2)
+    out = tmp_path / "results"
+    out.mkdir()
+    write_jsonl(out / "c.jsonl", [{**r, "name": f"{c}-s0", "config": c, "workflow": c.split("-")[0]}
+                                  for c in ("voting-ip", "voting-ip-merged", "orchworkers-ip")])
+    campaign.plot(str(out / "c.jsonl"), str(out))
+    shapes = {f: matplotlib.image.imread(out / f).shape[:2] for f in ("claim-C1.png", "claim-C5.png", "claim-I6.png")}
+    assert shapes["claim-C5.png"] == shapes["claim-I6.png"] == (shapes["claim-C1.png"][0] * 2, shapes["claim-C1.png"][1])
+
+
 def test_record_leaves_out_transfer_and_other_sampling_lines(run_dir):
     """eval.py --run also takes --transfer, --workflow and --temperature: such lines in the run's eval.jsonl are not
     the run's curve (nor its judge's), even when written last for a step."""
