@@ -575,8 +575,9 @@ def save_record(results, record):
 def plot(results, out_dir):
     """One PNG per claim and (model, task): held-out pass@1 vs step (± se band), one line per run; beside it each
     run's per-role training entropy (running mean over 5 steps); for the judges, also each run's judge_curve (records
-    from commit 2b82164 on; older ones: base, peak and final as points); C5 and I6 one row of these per workflow. claim-C1.png for the 0.5B math grid, else
-    claim-C1-MODEL-TASK.png; from lost.jsonl, lost-claim-C1.png. Claims with no runs yet are skipped."""
+    from commit 2b82164 on; older ones: base, peak and final as points); C5 and I6 one row of these per workflow.
+    claim-C1.png for the 0.5B math grid, else claim-C1-MODEL-TASK.png; from lost.jsonl, lost-claim-C1.png. Claims with
+    no runs yet are skipped."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
