@@ -2,18 +2,20 @@
 # Is training repeatable on this machine? Runs the same short training twice, then twice more under
 # torch.use_deterministic_algorithms(True, warn_only=True) with CUBLAS_WORKSPACE_CONFIG=:4096:8, and prints for each
 # pair how many of the final adapters' tensors are bit-identical and each step's reward and per-role loss side by side,
-# then the kernels that warned they have no deterministic implementation.
+# then the kernels that warned they have no deterministic implementation. A third pair, strict, runs with
+# warn_only=False: kernels that have a deterministic variant (flash attention's backward) then use it, and any that
+# has none stops the run with an error.
 # It tests the guess in docs/results.md (atomics in backward kernels); it measures nothing about speed.
 #   bash bench/determinism.sh MODEL DATA [OUTDIR] [train.py flags...]    e.g.
 #   bash bench/determinism.sh /root/mdl/hf .campaign/data/gsm8k/train.jsonl /tmp/det --problems 8 --group 4
-# MODES=det runs only the deterministic pair (its warnings print after its first run), MODES=plain only the plain one.
+# MODES (default "plain det") picks the pairs: plain, det (its warnings print after its first run), strict.
 set -u
 M=$1 D=$2 O=${3:-/tmp/det}; shift 3 2> /dev/null || shift $#
 mkdir -p "$O"
-train() {  # DETERMINISTIC NAME [flags]
-    local det=$1 name=$2; shift 2
+train() {  # DETERMINISTIC WARN_ONLY NAME [flags]
+    local det=$1 warn=$2 name=$3; shift 3
     CUBLAS_WORKSPACE_CONFIG=:4096:8 python -c "import sys, runpy, torch
-torch.use_deterministic_algorithms($det, warn_only=True)
+torch.use_deterministic_algorithms($det, warn_only=$warn)
 sys.argv = ['train.py'] + sys.argv[1:]
 runpy.run_path('train.py', run_name='__main__')" --model "$M" --data "$D" --steps 3 --seed 0 --out "$O/$name" "$@" \
         > "$O/$name.log" 2>&1 || { echo "$name failed:"; tail -n 3 "$O/$name.log"; }
@@ -38,11 +40,14 @@ print(f"{a.name} vs {b.name}: {same} of {n} adapter tensors bit-identical, large
 PY
 }
 case " ${MODES:-plain det} " in *" plain "*)
-    train False plain-a "$@"; train False plain-b "$@"; compare plain-a plain-b ;;
+    train False True plain-a "$@"; train False True plain-b "$@"; compare plain-a plain-b ;;
 esac
 case " ${MODES:-plain det} " in *" det "*)
-    train True det-a "$@"
+    train True True det-a "$@"
     echo "warnings about determinism in det-a's log (the kernels that have no deterministic implementation):"
-    grep -i "determinis" "$O/det-a.log" | cut -c1-240 | sort | uniq -c
-    train True det-b "$@"; compare det-a det-b ;;
+    grep -i "determinis" "$O/det-a.log" | sed "s/.*Warning: //" | cut -c1-240 | sort | uniq -c
+    train True True det-b "$@"; compare det-a det-b ;;
+esac
+case " ${MODES:-plain det} " in *" strict "*)
+    train True False strict-a "$@"; train True False strict-b "$@"; compare strict-a strict-b ;;
 esac
