@@ -14,8 +14,8 @@ The pad id always counts as a stop id, so padding can never appear inside a comp
 
 `sample_fast` is the GPU path (used by `sample` on CUDA when there is no top-k / top-p): a
 preallocated KV cache, the decode step captured as a CUDA graph (one per batch size and attended
-length bucket), attention that reads each key/value head once for its whole query group (HF's SDPA
-path copies the cache per query head when a mask is present), sampling in one Triton kernel with no
+length bucket), decode attention as two batched matmuls that read each key/value head once for its whole
+query group (HF's SDPA path copies the cache per query head when a mask is present), sampling in one Triton kernel with no
 host synchronisation per token (`draw_fused`), and the batch compacted when many rows are done.
 Tried and dropped (docs/benchmarks.md): torch.compile of the whole decode step (two minutes of compiling,
 no faster on rollouts that stop at EOS) and of the decoder's norms, MLPs and rotary only (bench/sampler.py's
@@ -170,20 +170,26 @@ class StaticKV:
 
 
 def gqa_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
-    """Attention for the fast path: query (B, H, q, D), key/value (B, Hkv, L, D), a bool mask
-    (B, 1, q, L) with True = attend. The G = H / Hkv query heads of one key/value head (heads
-    j*G..j*G+G-1, HF's repeat_kv order) are folded into the query axis, (B, Hkv, G*q, D) against the
-    mask repeated G times (a view when q = 1), so SDPA reads each cached head once, copies nothing and
-    takes a fused masked kernel (the memory-efficient one on the H200, where models.load_model turns
-    cuDNN attention off; bench/sdpa.py's matmul_attention is a contender). Seen on the H200 (torch
-    2.11) in a process where vLLM's engine had started: SDPA with enable_gqa and a mask took the math
-    path, which copies the cache per query head and computes in fp32 (45 ms per decode step at 512
-    rows, 7.3 ms folded); HF's SDPA path copies per head too. Returns (B, q, H, D) as HF's attention functions do."""
+    """The fast path's decode attention: query (B, H, q, D), key/value (B, Hkv, L, D), a bool mask (B, 1, q, L) with
+    True = attend. The G = H / Hkv query heads of one key/value head (heads j*G..j*G+G-1, HF's repeat_kv order) are
+    folded into the query axis, (B * Hkv, G*q, D), so each cached head is read once and nothing is copied. Two batched
+    matmuls around a softmax: the scores come out in fp32 (bmm's out_dtype on CUDA, torch 2.11+; an fp32 matmul
+    elsewhere) as SDPA's kernels keep them, the masked softmax runs in fp32, and the probabilities are rounded to the
+    values' dtype for the second matmul, as flash attention rounds them. Not SDPA: with cuDNN attention off
+    (models.load_model) its masked kernel on the H200 is the memory-efficient one, which is not made for one query
+    per row: 1.1-4.2x slower than these matmuls at 8-336 rows x 256-2,048 slots (all shapes measured but one, 0.99x),
+    and a whole rollout call of 16 x 8 GSM8K prompts 1.06x slower (docs/benchmarks.md; bench/sdpa.py keeps SDPA as a
+    contender). Returns (B, q, H, D) as HF's attention functions do."""
     B, H, q, D = query.shape
-    g = H // key.shape[1]
-    mask = attention_mask[:, :, None].expand(B, 1, g, q, attention_mask.shape[-1]).reshape(B, 1, g * q, -1)
-    out = F.scaled_dot_product_attention(query.reshape(B, H // g, g * q, D), key, value, attn_mask=mask, scale=scaling)
-    return out.reshape(B, H, q, D).transpose(1, 2), None  # a view where SDPA's layout allows it
+    Hkv, L = key.shape[1], key.shape[2]
+    g = H // Hkv
+    mask = attention_mask[:, :, None].expand(B, 1, g, q, L).reshape(B, 1, g * q, L)
+    qs, ks = query.reshape(B * Hkv, g * q, D), key.reshape(B * Hkv, L, D).transpose(1, 2)
+    half = qs.is_cuda and qs.dtype in (torch.bfloat16, torch.float16)  # bmm's out_dtype: CUDA, 16-bit inputs
+    s = torch.bmm(qs, ks, out_dtype=torch.float32) if half else torch.bmm(qs.float(), ks.float())
+    s = torch.where(mask, s.view(B, Hkv, g * q, L) * (D ** -0.5 if scaling is None else scaling), float("-inf"))
+    out = torch.bmm(s.softmax(-1).to(value.dtype).view(B * Hkv, g * q, L), value.reshape(B * Hkv, L, D))
+    return out.view(B, H, q, D).transpose(1, 2), None
 
 
 AttentionInterface.register("gqa_static", gqa_attention)

@@ -41,7 +41,7 @@ same for every check_every value (one seed: the same samples), with its prefill 
     python bench/breakdown.py                  # tiny model on CPU: a smoke run of the eager path
     python bench/breakdown.py --model /root/mdl/hf --data .campaign/data/gsm8k/test.jsonl   # H200, ~1.5 min
 --lora RANK: the model's linear layers wrapped in a LoRA adapter and every call under `lora.merged`, as in training.
---attention matmul: decoding through bench/sdpa.py's matmul_attention instead of SDPA (a contender).
+--attention sdpa: decoding through bench/sdpa.py's sdpa_attention (a contender) instead of the sampler's matmuls.
 Left out: several repeats per call (each call once: the parts, not a mean, are the point), vLLM.
 """
 import argparse
@@ -344,8 +344,8 @@ def parse(argv=None):
                    "compile'd norms, MLPs, rotary: 1.21-1.36x per call here, nineteenth session; docs/benchmarks.md)")
     p.add_argument("--lora", type=int, default=0, metavar="RANK", help="wrap the model's linear layers in a LoRA "
                    "adapter of this rank and run every call under lora.merged, as training's rollouts do (default: none)")
-    p.add_argument("--attention", choices=("sdpa", "matmul"), default="sdpa", help="the decode attention: sampler."
-                   "gqa_attention (SDPA) or bench/sdpa.py's matmul_attention (a contender; default: sdpa)")
+    p.add_argument("--attention", choices=("matmul", "sdpa"), default="matmul", help="the decode attention: sampler."
+                   "gqa_attention (two matmuls) or bench/sdpa.py's sdpa_attention (a contender; default: matmul)")
     args = p.parse_args(argv)
     if args.lora < 0:
         p.error(f"--lora must be a rank >= 1 (0: none), got {args.lora}")
@@ -365,13 +365,13 @@ def main(argv=None):
         lora.set_adapter(model, "bench")
         print(f"LoRA wrappers on: an adapter of rank {args.lora}, every call under lora.merged")
     from bench.sampler import decode_attention, fused_layers
-    if args.attention == "matmul":
-        from bench.sdpa import matmul_attention
-        print("matmul_attention on: every decode step's attention is two batched matmuls around a softmax")
+    if args.attention == "sdpa":
+        from bench.sdpa import sdpa_attention
+        print("sdpa_attention on: every decode step's attention is SDPA's masked kernel, as before the matmuls")
     if args.fused:
         print("fused_layers on: the model's RMSNorms, MLPs and rotary run torch.compile'd copies in every call")
     with fused_layers(model) if args.fused else contextlib.nullcontext(), \
-            decode_attention(matmul_attention) if args.attention == "matmul" else contextlib.nullcontext(), \
+            decode_attention(sdpa_attention) if args.attention == "sdpa" else contextlib.nullcontext(), \
             lora.merged(model) if args.lora else contextlib.nullcontext():
         results = report(model, tok, args)
     print(f"\nwall time {time.perf_counter() - STARTED:.1f} s since the script started (imports, model load included)")

@@ -5,8 +5,8 @@ then, `min_new_tokens` on both sides), so every contender produces the same numb
 Natural-stop workload (--natural, what rollouts are): a row ends at a stop id or at --new-tokens;
 each contender's generated tokens are counted and its time per call compared. --vllm FOLDER adds
 vLLM (when importable; a benchmark contender only, never a dependency) on the same prompts, with
-the same stop ids, temperature and n. On CUDA ours also runs with bench/sdpa.py's matmul_attention as its decode
-attention (`decode_attention`), and --long LO HI makes the prompts LO-HI tokens long (a synthesiser's call; use
+the same stop ids, temperature and n. On CUDA ours also runs with bench/sdpa.py's sdpa_attention (SDPA, the sampler's
+decode attention until the twenty-third session) as its decode attention (`decode_attention`), and --long LO HI makes the prompts LO-HI tokens long (a synthesiser's call; use
 --n 1). Each contender is run once to warm up, then timed over
 --repeats calls; tokens/s and the ratios are printed. --profile prints, for our decode step at 8,
 64 and 512 rows, the time per step under the CUDA graph, the kernels per step and their GPU time
@@ -40,7 +40,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from data import builtin_problems, load_problems  # noqa: E402
 from models import chat_ids, load_model, stop_ids  # noqa: E402
 from sampler import gqa_attention, sample  # noqa: E402
-from bench.sdpa import matmul_attention  # noqa: E402
+from bench.sdpa import sdpa_attention  # noqa: E402
 import lora  # noqa: E402
 
 
@@ -98,7 +98,7 @@ def main():
                    "(solved problems, then a new one: a synthesiser's or aggregator's call, bench/breakdown.py's)")
     p.add_argument("--vllm", default=None, help="HF model folder: add vLLM as a contender")
     p.add_argument("--profile", action="store_true", help="profile our decode step at 8, 64, 512 rows")
-    p.add_argument("--skip", nargs="*", default=[], choices=["dynamic", "static", "ours", "fused", "matmul"],
+    p.add_argument("--skip", nargs="*", default=[], choices=["dynamic", "static", "ours", "fused", "sdpa"],
                    help="contenders to leave out")
     args = p.parse_args()
 
@@ -125,9 +125,9 @@ def main():
     forced = 0 if args.natural else N
     generated = {}  # contender -> tokens of its last call
 
-    def ours(name="ours", fuse=False, matmul=False):
+    def ours(name="ours", fuse=False, sdpa=False):
         with fused_layers(model) if fuse else contextlib.nullcontext(), \
-                decode_attention(matmul_attention) if matmul else contextlib.nullcontext():
+                decode_attention(sdpa_attention) if sdpa else contextlib.nullcontext():
             out = sample(model, prompts, n=args.n, max_new_tokens=N, temperature=args.temperature, stop_ids=stops,
                          pad_id=tok.pad_token_id, generator=gen, min_new_tokens=forced)
         generated[name] = sum(len(c.tokens) for c in out)
@@ -159,8 +159,8 @@ def main():
         if device.type == "cuda":  # + the decoder's norms, MLPs and rotary compiled (fused_layers below)
             if "fused" not in args.skip:
                 contenders.append(("ours, fused_layers", lambda: ours(name="ours, fused_layers", fuse=True)))
-            if "matmul" not in args.skip:
-                contenders.append(("ours, matmul attention", lambda: ours(name="ours, matmul attention", matmul=True)))
+            if "sdpa" not in args.skip:
+                contenders.append(("ours, SDPA attention", lambda: ours(name="ours, SDPA attention", sdpa=True)))
     if args.lora:  # timed last: the adapter is added at its first (warm-up) call, after the others ran
         def with_adapter(merge):
             if "bench" not in lora.adapter_names(model):

@@ -9,7 +9,7 @@ the update's forwards (causal, no mask) have a padded length per micro-batch. Sh
 it; it changes nothing in the project.
 
     python bench/sdpa.py probe [--dims 14,2,64]   # SDPA on new shapes, cuDNN allowed vs not: first call, repeat, kernel
-    python bench/sdpa.py decode [--dims 14,2,64]  # a decode step's attention, SDPA vs matmul_attention, in a graph
+    python bench/sdpa.py decode [--dims 14,2,64]  # a decode step's attention, SDPA vs the sampler's, in a graph
     python bench/sdpa.py on|off SCRIPT [ARGS...]  # run SCRIPT (train.py, bench/sampler.py, ...) as __main__ with
                                                   # cuDNN attention allowed (PyTorch's default, before issue 15) or
                                                   # disabled (the project's default since: models.load_model), also
@@ -24,11 +24,12 @@ the settings in opposite orders, each setting of each round with the same length
 the last's (new shapes, nearly the same work). For each: the mean first call, the mean second call, and the kernel a
 profiler saw at the first shape. The A/B of whole steps: `python bench/sdpa.py on train.py ...` and `... off train.py ...` one after the other, each alone
 on the GPU, then `python bench/steps.py RUN_ON RUN_OFF`.
-`decode` times the sampler's decode attention (one query per row) against `matmul_attention`, a contender written
-after the twenty-first session saw long-prompt stages decode ~3 ms per step slower at the same row count: 24 calls
-(one per layer of the 0.5B model) captured in one CUDA graph and replayed, at 6 row counts x 5 attended lengths, with
-each one's largest difference from the same attention in fp32. `python bench/breakdown.py --attention matmul` runs
-whole sampler calls with it.
+`decode` times the decode attention (one query per row) as SDPA (`sdpa_attention`, the sampler's until the
+twenty-third session) and as the sampler's two matmuls (`sampler.gqa_attention`, written after the twenty-first
+session saw long-prompt stages decode ~3 ms per step slower at the same row count): 24 calls (one per layer of the
+0.5B model) captured in one CUDA graph and replayed, at 6 row counts x 5 attended lengths, with each one's largest
+difference from the same attention in fp32. `python bench/breakdown.py --attention sdpa` and bench/sampler.py's
+contender `ours, SDPA attention` run whole sampler calls with SDPA.
 Left out: the CPU (no cuDNN there: `probe` and `decode` say so and stop), other attention libraries.
 """
 import os
@@ -80,28 +81,24 @@ def train_case(B, L, H, Hkv, D):
     return lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True).sum().backward()
 
 
-def matmul_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
-    """A contender for `sampler.gqa_attention` (same arguments and result): the decode attention as two batched
-    matmuls around a softmax, with no SDPA kernel. Its scores come out in fp32 (`bmm(..., out_dtype=float32)` on
-    CUDA; an fp32 matmul elsewhere), as SDPA's kernels keep them, and the probabilities are rounded to the values'
-    dtype for the second matmul, as flash attention does. Why: with cuDNN attention off, SDPA's masked decode runs the
-    memory-efficient kernel, which is not made for one query per row, and the Orch-Workers synthesiser (128 rows,
-    ~1,000-token prompts) decodes ~3 ms per step slower than the orchestrator at the same row count."""
+def sdpa_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    """The contender for `sampler.gqa_attention` (same arguments and result), and the sampler's decode attention until
+    the twenty-third session: the G = H / Hkv query heads of one key/value head folded into the query axis, (B, Hkv,
+    G*q, D), against the mask repeated G times (a view when q = 1), so SDPA reads each cached head once and copies
+    nothing. With cuDNN attention off it takes the memory-efficient kernel on the H200. Seen there (torch 2.11) in a
+    process where vLLM's engine had started: SDPA with enable_gqa and a mask took the math path, which copies the cache
+    per query head and computes in fp32 (45 ms per decode step at 512 rows, 7.3 ms folded)."""
     B, H, q, D = query.shape
-    Hkv, L = key.shape[1], key.shape[2]
-    g = H // Hkv
-    mask = attention_mask[:, :, None].expand(B, 1, g, q, L).reshape(B, 1, g * q, L)
-    qs, ks = query.reshape(B * Hkv, g * q, D), key.reshape(B * Hkv, L, D).transpose(1, 2)
-    fp32_out = qs.is_cuda and qs.dtype in (torch.bfloat16, torch.float16)  # bmm's out_dtype: CUDA, 16-bit inputs
-    s = torch.bmm(qs, ks, out_dtype=torch.float32) if fp32_out else torch.bmm(qs.float(), ks.float())
-    s = torch.where(mask, s.view(B, Hkv, g * q, L) * (D ** -0.5 if scaling is None else scaling), float("-inf"))
-    out = torch.bmm(s.softmax(-1).to(value.dtype).view(B * Hkv, g * q, L), value.reshape(B * Hkv, L, D))
-    return out.view(B, H, q, D).transpose(1, 2), None
+    g = H // key.shape[1]
+    mask = attention_mask[:, :, None].expand(B, 1, g, q, attention_mask.shape[-1]).reshape(B, 1, g * q, -1)
+    out = F.scaled_dot_product_attention(query.reshape(B, H // g, g * q, D), key, value, attn_mask=mask, scale=scaling)
+    return out.reshape(B, H, q, D).transpose(1, 2), None  # a view where SDPA's layout allows it
 
 
 def decode_compare(H, Hkv, D, rows=(8, 32, 64, 128, 256, 336), lengths=(256, 512, 1024, 1536, 2048), layers=24):
     """GPU time of a decode step's attention (`layers` calls, replayed as one CUDA graph), SDPA as the sampler calls
-    it against matmul_attention, at each row count and attended length; and their largest difference from fp32."""
+    it until the twenty-third session (sdpa_attention) against sampler.gqa_attention's two matmuls, at each row count
+    and attended length; and their largest difference from fp32."""
     if not torch.cuda.is_available():
         print("decode: no CUDA device here; nothing measured")
         return
@@ -115,9 +112,9 @@ def decode_compare(H, Hkv, D, rows=(8, 32, 64, 128, 256, 336), lengths=(256, 512
     try:  # one small call first: a PyTorch without bmm's out_dtype says so here, in one line
         q = torch.randn(2, H, 1, D, device="cuda", dtype=torch.bfloat16)
         kv = torch.randn(2, Hkv, 16, D, device="cuda", dtype=torch.bfloat16)
-        matmul_attention(None, q, kv, kv, torch.ones(2, 1, 1, 16, dtype=torch.bool, device="cuda"), D ** -0.5)
+        sampler.gqa_attention(None, q, kv, kv, torch.ones(2, 1, 1, 16, dtype=torch.bool, device="cuda"), D ** -0.5)
     except (RuntimeError, TypeError) as e:
-        print(f"decode: matmul_attention cannot run here ({str(e).splitlines()[0]}); nothing measured")
+        print(f"decode: sampler.gqa_attention cannot run here ({str(e).splitlines()[0]}); nothing measured")
         torch.backends.cuda.enable_cudnn_sdp(was)
         return
     for B in rows:
@@ -130,7 +127,7 @@ def decode_compare(H, Hkv, D, rows=(8, 32, 64, 128, 256, 336), lengths=(256, 512
             mask[:, :, :, 0] = True
             ref = sampler.gqa_attention(None, q.float(), k[0].float(), v[0].float(), mask, D ** -0.5)[0]
             times, diffs = [], []
-            for fn in (sampler.gqa_attention, matmul_attention):
+            for fn in (sdpa_attention, sampler.gqa_attention):
                 call = lambda: [fn(None, q, k[i], v[i], mask, D ** -0.5)[0] for i in range(layers)]
                 diffs.append((call()[0].float() - ref).abs().max().item())
                 stream = torch.cuda.Stream()

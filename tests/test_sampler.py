@@ -390,53 +390,57 @@ def test_sdpa_bench_switches_cudnn_attention_and_runs_the_script(tmp_path):
 
 @pytest.mark.parametrize("B,H,Hkv,q,L,D", [(3, 14, 2, 1, 37, 64), (2, 12, 2, 1, 50, 128), (2, 4, 4, 1, 9, 16),
                                             (2, 14, 2, 3, 20, 64)])
-def test_matmul_attention_contender_equals_the_samplers_attention(B, H, Hkv, q, L, D):
-    """bench/sdpa.py's matmul_attention (issue 15: a decode attention without SDPA) gives gqa_attention's output in
-    fp32: grouped query heads, a mask with holes, keys and values read from a longer cache, one query or several."""
+def test_decode_attention_equals_attention_written_out(B, H, Hkv, q, L, D):
+    """sampler.gqa_attention (two batched matmuls, issue 15) and bench/sdpa.py's sdpa_attention (the SDPA contender,
+    the sampler's until the twenty-third session) both give attention written out per head in fp32: grouped query
+    heads (HF's repeat_kv order), a mask with holes, keys and values read from a longer cache, one query or several."""
     import sampler
-    from bench.sdpa import matmul_attention
+    from bench.sdpa import sdpa_attention
     device = "cuda" if torch.cuda.is_available() else "cpu"
     g = torch.Generator().manual_seed(B * L)
     query = torch.randn(B, H, q, D, generator=g).to(device)
     key, value = (torch.randn(B, Hkv, L + 5, D, generator=g).to(device)[:, :, :L] for _ in range(2))
     mask = (torch.rand(B, 1, q, L, generator=g) > 0.3).to(device)
     mask[..., 0] = True
-    want, got = sampler.gqa_attention(None, query, key, value, mask, 0.3)[0], matmul_attention(None, query, key, value,
-                                                                                                 mask, 0.3)[0]
-    assert got.shape == want.shape == (B, q, H, D)
-    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    k, v = (x.repeat_interleave(H // Hkv, 1) for x in (key, value))  # query head h reads key/value head h // G
+    scores = (query @ k.transpose(-1, -2) * 0.3).masked_fill(~mask, float("-inf"))
+    want = (scores.softmax(-1) @ v).transpose(1, 2)
+    for fn in (sampler.gqa_attention, sdpa_attention):
+        got = fn(None, query, key, value, mask, 0.3)[0]
+        assert got.shape == want.shape == (B, q, H, D)
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
     mask[..., 1:] = False  # only the first slot: the output is its value, whatever the scores
-    one = matmul_attention(None, query, key, value, mask, None)[0]
+    one = sampler.gqa_attention(None, query, key, value, mask, None)[0]
     torch.testing.assert_close(one, value[:, :, :1].repeat_interleave(H // Hkv, 1).transpose(1, 2).expand(B, q, H, D))
 
 
-def test_breakdown_attention_matmul_decodes_through_the_contender(capsys, monkeypatch):
-    """breakdown.py --attention matmul: every decode step's attention is the contender's; the sampler's own is put
+def test_breakdown_attention_sdpa_decodes_through_the_contender(capsys, monkeypatch):
+    """breakdown.py --attention sdpa: every decode step's attention is the contender's; the sampler's own is put
     back here afterwards (the registration is global)."""
     import sampler
     from transformers import AttentionInterface
     from bench import breakdown, sdpa
-    calls, contender = [], sdpa.matmul_attention
-    monkeypatch.setattr(sdpa, "matmul_attention", lambda *a, **kw: (calls.append(a[1].shape[2]), contender(*a, **kw))[1])
+    calls, contender = [], sdpa.sdpa_attention
+    monkeypatch.setattr(sdpa, "sdpa_attention", lambda *a, **kw: (calls.append(a[1].shape[2]), contender(*a, **kw))[1])
     try:
-        breakdown.main(["--model", "tiny", "--attention", "matmul", "--workloads", "natural", "--check-every", "8",
+        breakdown.main(["--model", "tiny", "--attention", "sdpa", "--workloads", "natural", "--check-every", "8",
                         "--new-tokens", "8", "--prompts", "2", "--n", "2"])
     finally:
         AttentionInterface.register("gqa_static", sampler.gqa_attention)
-    assert "matmul_attention on" in capsys.readouterr().out
+    assert "sdpa_attention on" in capsys.readouterr().out
     assert calls and set(calls) == {1}  # decoding only: one query per row (the prefill is SDPA's causal attention)
 
 
 def test_decode_attention_routes_only_the_calls_inside_it(tiny):
-    """bench/sampler.py's decode_attention (the 'ours, matmul attention' contender): a sample_fast call inside the block
+    """bench/sampler.py's decode_attention (the 'ours, SDPA attention' contender): a sample_fast call inside the block
     decodes through the given function, and the sampler's own attention is back after it, also after an error."""
     import sampler
     from transformers import AttentionInterface
     from bench.sampler import decode_attention
-    from bench.sdpa import matmul_attention
+    from bench.sdpa import sdpa_attention
     model, tok = tiny
     calls = []
-    spy = lambda *a, **kw: (calls.append(a[1].shape[2]), matmul_attention(*a, **kw))[1]
+    spy = lambda *a, **kw: (calls.append(a[1].shape[2]), sdpa_attention(*a, **kw))[1]
     run = lambda: [c.tokens for c in sampler.sample_fast(model, [[5, 6, 7], [8, 9]], 2, 6, 0.7, [], 0,
                                                          torch.Generator().manual_seed(0))]
     with decode_attention(spy):
