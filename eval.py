@@ -35,6 +35,7 @@ import torch
 import lora
 from data import append_jsonl, builtin_problems, load_problems, read_jsonl
 from models import TINY, load_default_model
+from rewards import final_answer
 from train import checkpoints
 from workflows import WORKFLOWS, adapter_map, answer_monitor, fmt, make_policy, mean, run_workflow
 
@@ -99,13 +100,16 @@ def evaluate(model, tok, problems, workflow, adapters, task, n=4, temperature=0.
 def diagnostics(workflow, episodes, task="math"):
     """Counts from graded episodes (Turn.correct as workflows.grade_episodes sets it): the reward-hacking
     monitor (answer_top_share, answer_top; per role degenerate_rewarded), per role calls, mean length,
-    truncation and right rates, then the workflow's own sections (WORKFLOWS[workflow].stats)."""
+    truncation, answered (a final answer in the task's form: a \\boxed{} in math, a program in code; it tells a role
+    that stops boxing from one that stops solving, which `correct` alone cannot) and right rates, then the workflow's
+    own sections (WORKFLOWS[workflow].stats)."""
     monitor, degenerate = answer_monitor(episodes, task)  # the reward-hacking monitor, as train.py logs it
     out = {"episodes": len(episodes), "accuracy": mean([ep.correct for ep in episodes]), **monitor, "roles": {}}
     for role in WORKFLOWS[workflow].roles:
         turns = [t for ep in episodes for t in ep.turns if t.role == role]
         out["roles"][role] = {"calls": len(turns), "mean_length": mean([len(t.completion_ids) for t in turns]),
                               "truncation_rate": mean([t.finish == "length" for t in turns]),
+                              "answered": mean([final_answer(t.text, task) is not None for t in turns]),
                               "correct": mean([t.correct for t in turns if t.correct is not None]),
                               "degenerate_rewarded": degenerate.get(role)}
     return {**out, **WORKFLOWS[workflow].stats(episodes, task)[1]}
@@ -120,10 +124,11 @@ def format_result(r):
              f"{fmt(r['greedy'])}" + "".join(f"  pass@{k} {v:.3f}" for k, v in r["pass@k"].items()),
              f"most common final answer ({fmt(d.get('answer_top_share'), '.2f')} of those with one): "
              f"{' '.join(str(d.get('answer_top') or '-').split())}",
-             f"{'role':<13}{'calls':>7}{'mean len':>10}{'trunc':>8}{'right':>8}{'degenerate':>12}"]
+             f"{'role':<13}{'calls':>7}{'mean len':>10}{'trunc':>8}{'answered':>10}{'right':>8}{'degenerate':>12}"]
     for role, s in d["roles"].items():  # degenerate: share of the role's rewarded answers (older records: -)
         lines.append(f"{role:<13}{s['calls']:>7}{fmt(s['mean_length'], '.1f'):>10}{fmt(s['truncation_rate'], '.2f'):>8}"
-                     f"{fmt(s['correct'], '.2f'):>8}{fmt(s.get('degenerate_rewarded'), '.2f'):>12}")
+                     f"{fmt(s.get('answered'), '.2f'):>10}{fmt(s['correct'], '.2f'):>8}"
+                     f"{fmt(s.get('degenerate_rewarded'), '.2f'):>12}")
     for part, section in d.items():  # the workflow's own sections (WORKFLOWS[workflow].stats)
         if isinstance(section, dict) and part != "roles":
             text = ", ".join(f"{k} {fmt(v) if v is None or isinstance(v, float) else v}" for k, v in section.items())

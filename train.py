@@ -630,8 +630,7 @@ def parse_args(argv=None):
     p.add_argument("--eval-problems", type=int, default=64, help="held-out problems per evaluation")
     p.add_argument("--sample-every", type=int, default=10, help="write one episode as text to samples.txt every N steps")
     args = p.parse_args(argv)
-    if args.out or args.resume:
-        args = run_folder(p, argv, args)
+    args = run_folder(p, argv, args) if args.out or args.resume else args
     # flag -> (test, what it must be); an unset flag (None: sized by the model, see SIZED) passes
     rules = {**dict.fromkeys(("steps", "problems", "max_new_tokens", "max_prompt_tokens", "rounds", "voters",
                               "lora_rank", "token_budget", "save_every", "eval_problems", "coherence_window"),

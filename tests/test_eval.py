@@ -181,6 +181,8 @@ def test_orchworkers_diagnostics():
     assert w["mean_workers"] == pytest.approx(7 / 4) and w["any_right"] == 0.5
     assert (s["had_right_worker"], s["kept_right"], s["no_right_worker"], s["fixed"]) == (2, 1, 2, 1)
     assert s["accuracy"] == 0.5
+    roles = d["roles"]  # answered: a boxed answer, right or not (5 of the 7 workers; "x" has none)
+    assert roles["worker"]["answered"] == pytest.approx(5 / 7) and roles["orchestrator"]["answered"] == 0
     code = ev.diagnostics("orchworkers", eps[:2], "code")["workers"]  # code: agreement = same pass/fail
     assert (code["multi_worker_episodes"], code["agree"]) == (2, 1)
 
