@@ -37,7 +37,7 @@ from data import append_jsonl, builtin_problems, load_problems, read_jsonl
 from models import TINY, load_default_model
 from rewards import final_answer
 from train import checkpoints
-from workflows import WORKFLOWS, adapter_map, answer_monitor, fmt, make_policy, mean, run_workflow
+from workflows import ANSWER_ROLES, WORKFLOWS, adapter_map, answer_monitor, fmt, make_policy, mean, run_workflow
 
 EVAL_KEYS = ("n", "temperature", "greedy", "max_new_tokens", "top_p", "max_prompt_tokens", "rounds", "voters",
              "ks", "seed", "chunk")  # settings that evaluate() takes as they are
@@ -100,16 +100,18 @@ def evaluate(model, tok, problems, workflow, adapters, task, n=4, temperature=0.
 def diagnostics(workflow, episodes, task="math"):
     """Counts from graded episodes (Turn.correct as workflows.grade_episodes sets it): the reward-hacking
     monitor (answer_top_share, answer_top; per role degenerate_rewarded), per role calls, mean length,
-    truncation, answered (a final answer in the task's form: a \\boxed{} in math, a program in code; it tells a role
-    that stops boxing from one that stops solving, which `correct` alone cannot) and right rates, then the workflow's
-    own sections (WORKFLOWS[workflow].stats)."""
+    truncation, answered (the share of calls with a final answer in its form: a solver's or synthesiser's
+    \\boxed{} in math or program in code, any other role's \\boxed{}; it tells a role that stops boxing from one that
+    stops solving, which `correct` alone cannot) and right rates, then the workflow's own sections
+    (WORKFLOWS[workflow].stats)."""
     monitor, degenerate = answer_monitor(episodes, task)  # the reward-hacking monitor, as train.py logs it
     out = {"episodes": len(episodes), "accuracy": mean([ep.correct for ep in episodes]), **monitor, "roles": {}}
     for role in WORKFLOWS[workflow].roles:
         turns = [t for ep in episodes for t in ep.turns if t.role == role]
+        form = task if role in (*ANSWER_ROLES, "synthesizer") else "math"  # the others box a verdict, pick or answer
         out["roles"][role] = {"calls": len(turns), "mean_length": mean([len(t.completion_ids) for t in turns]),
                               "truncation_rate": mean([t.finish == "length" for t in turns]),
-                              "answered": mean([final_answer(t.text, task) is not None for t in turns]),
+                              "answered": mean([final_answer(t.text, form) is not None for t in turns]),
                               "correct": mean([t.correct for t in turns if t.correct is not None]),
                               "degenerate_rewarded": degenerate.get(role)}
     return {**out, **WORKFLOWS[workflow].stats(episodes, task)[1]}

@@ -2,7 +2,8 @@
 # Is training repeatable on this machine? Runs the same short training twice, then twice more under
 # torch.use_deterministic_algorithms(True, warn_only=True) with CUBLAS_WORKSPACE_CONFIG=:4096:8, and prints for each
 # pair how many of the final adapters' tensors are bit-identical and each step's reward and per-role loss side by side,
-# then the kernels that warned they have no deterministic implementation. A third pair, strict, runs with
+# then the kernels that warned (under warn_only=True: those with no deterministic implementation, and those whose
+# deterministic variant warn_only=True leaves off, such as flash attention's backward). A third pair, strict, runs with
 # warn_only=False: kernels that have a deterministic variant (flash attention's backward) then use it, and any that
 # has none stops the run with an error.
 # It tests the guess in docs/results.md (atomics in backward kernels); it measures nothing about speed.
@@ -44,7 +45,7 @@ case " ${MODES:-plain det} " in *" plain "*)
 esac
 case " ${MODES:-plain det} " in *" det "*)
     train True True det-a "$@"
-    echo "warnings about determinism in det-a's log (the kernels that have no deterministic implementation):"
+    echo "warnings about determinism in det-a's log (kernels that ran a non-deterministic algorithm):"
     grep -i "determinis" "$O/det-a.log" | sed "s/.*Warning: //" | cut -c1-240 | sort | uniq -c
     train True True det-b "$@"; compare det-a det-b ;;
 esac

@@ -6,8 +6,8 @@ Natural-stop workload (--natural, what rollouts are): a row ends at a stop id or
 each contender's generated tokens are counted and its time per call compared. --vllm FOLDER adds
 vLLM (when importable; a benchmark contender only, never a dependency) on the same prompts, with
 the same stop ids, temperature and n. On CUDA ours also runs with bench/sdpa.py's sdpa_attention (SDPA, the sampler's
-decode attention until the twenty-third session) as its decode attention (`decode_attention`), and --long LO HI makes the prompts LO-HI tokens long (a synthesiser's call; use
---n 1). Each contender is run once to warm up, then timed over
+decode attention until the twenty-third session) as its decode attention (`decode_attention`), and --long LO HI makes the prompts LO-HI tokens long (solved problems, then one asking
+for only a boxed answer: an aggregator's call with --natural, a synthesiser's long decode without it; use --n 1). Each contender is run once to warm up, then timed over
 --repeats calls; tokens/s and the ratios are printed. --profile prints, for our decode step at 8,
 64 and 512 rows, the time per step under the CUDA graph, the kernels per step and their GPU time
 (eager, torch.profiler), the top kernels, and how many graphs a natural-stop call captures.

@@ -2,7 +2,8 @@
 
 cuDNN's fused attention builds an execution plan for every shape it has not seen (public reports: ~0.4 s on an H20,
 0.44 s forward and 0.55 s backward on a B200), and PyTorch may pick it first on Hopper. This project often meets
-shapes a process has not seen: the sampler's decode attention is masked (`sampler.gqa_attention`), its batch size
+shapes a process has not seen: the sampler's decode attention is masked (`decode_case`: SDPA as the sampler called it
+until the twenty-third session; now bench/sdpa.py's `sdpa_attention`), its batch size
 after a compaction is whatever number of rows is still running, and its attended length follows each call's prompts;
 the update's forwards (causal, no mask) have a padded length per micro-batch. Short-output calls costing seconds
 (`docs/benchmarks.md`: an evaluator call writing 5 tokens per row took 2.5 s) would fit that. This script measures
@@ -27,7 +28,7 @@ on the GPU, then `python bench/steps.py RUN_ON RUN_OFF`.
 `decode` times the decode attention (one query per row) as SDPA (`sdpa_attention`, the sampler's until the
 twenty-third session) and as the sampler's two matmuls (`sampler.gqa_attention`, written after the twenty-first
 session saw long-prompt stages decode ~3 ms per step slower at the same row count): 24 calls (one per layer of the
-0.5B model) captured in one CUDA graph and replayed, at 6 row counts x 5 attended lengths, with each one's largest
+0.5B model) captured in one CUDA graph and replayed, at 8 row counts (up to 768: an evaluation's voters or workers) x 5 attended lengths, with each one's largest
 difference from the same attention in fp32. `python bench/breakdown.py --attention sdpa` and bench/sampler.py's
 contender `ours, SDPA attention` run whole sampler calls with SDPA.
 Left out: the CPU (no cuDNN there: `probe` and `decode` say so and stop), other attention libraries.
@@ -64,7 +65,8 @@ def attention_kernel(fn):
 
 
 def decode_case(B, L, H, Hkv, D):
-    """The sampler's decode attention at B rows and L attended slots (sampler.gqa_attention's call)."""
+    """SDPA's masked decode attention at B rows and L attended slots, as the sampler called it until the twenty-third
+    session (sdpa_attention's call)."""
     g = H // Hkv
     q = torch.randn(B, Hkv, g, D, device="cuda", dtype=torch.bfloat16)
     buf = torch.randn(2, B, Hkv, L + 256, D, device="cuda", dtype=torch.bfloat16)  # the cache is longer than read
@@ -95,7 +97,8 @@ def sdpa_attention(module, query, key, value, attention_mask, scaling=None, drop
     return out.reshape(B, H, q, D).transpose(1, 2), None  # a view where SDPA's layout allows it
 
 
-def decode_compare(H, Hkv, D, rows=(8, 32, 64, 128, 256, 336), lengths=(256, 512, 1024, 1536, 2048), layers=24):
+def decode_compare(H, Hkv, D, rows=(8, 32, 64, 128, 256, 336, 512, 768), lengths=(256, 512, 1024, 1536, 2048),
+                   layers=24):
     """GPU time of a decode step's attention (`layers` calls, replayed as one CUDA graph), SDPA as the sampler calls
     it until the twenty-third session (sdpa_attention) against sampler.gqa_attention's two matmuls, at each row count
     and attended length; and their largest difference from fp32."""

@@ -150,6 +150,11 @@ def test_evalopt_diagnostics():
     assert g["calls"] == 6 and g["mean_length"] == pytest.approx(22 / 6) and g["correct"] == pytest.approx(2 / 6)
     assert v["calls"] == 6 and v["truncation_rate"] == pytest.approx(1 / 6) and v["mean_length"] == pytest.approx(24 / 6)
     assert d["accuracy"] == pytest.approx(1 / 3)
+    assert v["answered"] == pytest.approx(5 / 6) and g["answered"] == 0  # 5 boxed verdicts; the generators wrote "x"
+    code = [E([T("generator", text="```python\nprint(1)\n```"), T("evaluator", text=YES),
+               T("generator", text="\\boxed{5}"), T("evaluator", text="looks fine")], 0)]
+    roles = ev.diagnostics("evalopt", code, "code")["roles"]  # code: a solver answers with a program, a judge boxes
+    assert roles["generator"]["answered"] == 0.5 and roles["evaluator"]["answered"] == 0.5
 
 
 def test_voting_diagnostics():

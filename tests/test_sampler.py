@@ -403,12 +403,21 @@ def test_decode_attention_equals_attention_written_out(B, H, Hkv, q, L, D):
     mask = (torch.rand(B, 1, q, L, generator=g) > 0.3).to(device)
     mask[..., 0] = True
     k, v = (x.repeat_interleave(H // Hkv, 1) for x in (key, value))  # query head h reads key/value head h // G
-    scores = (query @ k.transpose(-1, -2) * 0.3).masked_fill(~mask, float("-inf"))
-    want = (scores.softmax(-1) @ v).transpose(1, 2)
-    for fn in (sampler.gqa_attention, sdpa_attention):
-        got = fn(None, query, key, value, mask, 0.3)[0]
-        assert got.shape == want.shape == (B, q, H, D)
-        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    for scale in (0.3, None):  # None: 1 / sqrt(D), as HF passes no scaling
+        scores = (query @ k.transpose(-1, -2) * (scale or D ** -0.5)).masked_fill(~mask, float("-inf"))
+        want = (scores.softmax(-1) @ v).transpose(1, 2)
+        for fn in (sampler.gqa_attention, sdpa_attention):
+            got = fn(None, query, key, value, mask, scale)[0]
+            assert got.shape == want.shape == (B, q, H, D)
+            torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+        # the sampler's own case, bf16 in and out (on CUDA the scores come out in fp32 through bmm's out_dtype; on the
+        # CPU through an fp32 matmul): against the same bf16 inputs in fp32, off by the bf16 rounding of the
+        # probabilities and the output (<= 0.012 on the CPU here)
+        qh, kh, vh = (x.bfloat16() for x in (query, key, value))
+        ref = sampler.gqa_attention(None, qh.float(), kh.float(), vh.float(), mask, scale)[0]  # fp32, checked above
+        got = sampler.gqa_attention(None, qh, kh, vh, mask, scale)[0]
+        assert got.dtype == torch.bfloat16
+        torch.testing.assert_close(got.float(), ref, atol=3e-2, rtol=1e-2)
     mask[..., 1:] = False  # only the first slot: the output is its value, whatever the scores
     one = sampler.gqa_attention(None, query, key, value, mask, None)[0]
     torch.testing.assert_close(one, value[:, :, :1].repeat_interleave(H // Hkv, 1).transpose(1, 2).expand(B, q, H, D))
