@@ -13,7 +13,8 @@ later steps need, then update.
 - SP (shared policy): one LoRA adapter "shared" and one AdamW; one optimizer step over all rows.
 - IP (isolated policy): one adapter + AdamW per role type, each stepping only on its own rows.
   Parallel roles (a workflow's `parallel` in workflows.WORKFLOWS: Voting's voters, Orch-Workers'
-  workers) take one step per instance (--parallel-steps per-instance, the reference) or one step
+  workers) take one step per instance (--parallel-steps per-instance, the reference's for Voting; for
+  a varying number of workers the reference cuts fixed-size mini-batches instead: README) or one step
   over all instances (merged).
 --coherence role=lambda (I6, the reference code's intervention) scales a role's gradient by
 1 - lambda * max(0, cos(gradient, its EMA)) before clipping (coherence_scale).
