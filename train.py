@@ -14,8 +14,8 @@ later steps need, then update.
 - IP (isolated policy): one adapter + AdamW per role type, each stepping only on its own rows.
   Parallel roles (a workflow's `parallel` in workflows.WORKFLOWS: Voting's voters, Orch-Workers'
   workers) take one step per instance (--parallel-steps per-instance, the reference's for Voting; for
-  a varying number of workers the reference cuts fixed-size mini-batches instead: README) or one step
-  over all instances (merged).
+  a varying number of workers the reference cuts fixed-size mini-batches instead: minibatch, the role's
+  rows in episode order, a step's episode count each) or one step over all instances (merged).
 --coherence role=lambda (I6, the reference code's intervention) scales a role's gradient by
 1 - lambda * max(0, cos(gradient, its EMA)) before clipping (coherence_scale).
 The token weighting of the loss is explicit (--loss-agg, --role-weights) and each role's share of
@@ -161,6 +161,9 @@ def train_step(model, tok, problems, args, optimizers, gen, step):
     keys = [(ep.problem_id, t.instance) for ep in episodes for t in ep.turns]  # the GRPO group of each row
     # the k-th turn of its role in its episode: which parallel instance (voter, worker) a row is
     instance_index = [sum(u.role == t.role for u in ep.turns[:k]) for ep in episodes for k, t in enumerate(ep.turns)]
+    if args.parallel_steps == "minibatch":  # the reference's cut: a role's rows in order, one step's episodes a step
+        order = {role: iter(range(len(rows))) for role in WORKFLOWS[args.workflow].roles}
+        instance_index = [next(order[r.role]) // len(episodes) for r in rows]
     groups = update_groups(rows, instance_index, args)  # under torchrun its gather waits for the slowest rank
     t1 = time.perf_counter()
     adv, singletons = grpo.group_advantages(keys, [r.reward for r in rows], scale=not args.adv_mean_only)
@@ -209,7 +212,7 @@ def update_groups(rows, instance_index, args):
     if args.policy == "sp":
         return [("shared", live)]
     workflow = WORKFLOWS[args.workflow]
-    per_instance = lambda role: args.parallel_steps == "per-instance" and role in workflow.parallel
+    per_instance = lambda role: args.parallel_steps != "merged" and role in workflow.parallel
     # (role, instance index), -1: every instance of the role in one step
     steps = {(rows[i].role, instance_index[i] if per_instance(rows[i].role) else -1) for i in live}
     steps = sorted(set().union(*gather(steps)), key=lambda k: (workflow.roles.index(k[0]), k[1]))
@@ -614,8 +617,9 @@ def parse_args(argv=None):
     # loss
     p.add_argument("--loss-agg", choices=grpo.AGGREGATIONS, default=grpo.AGGREGATIONS[0], help="token weighting (grpo.py)")
     p.add_argument("--role-weights", default=None, help="explicit per-role factors, e.g. generator=3,evaluator=1")
-    p.add_argument("--parallel-steps", choices=["per-instance", "merged"], default="per-instance",
-                   help="IP: one optimizer step per parallel instance (reference) or one merged step")
+    p.add_argument("--parallel-steps", choices=["per-instance", "merged", "minibatch"], default="per-instance",
+                   help="IP: one optimizer step per parallel instance (reference), one merged step, or one per "
+                   "mini-batch of a step's episode count of the role's rows (the reference's cut for varying workers)")
     p.add_argument("--clip-low", type=float, default=0.2, help="PPO clip below 1 (reference: 0.2)")
     p.add_argument("--clip-high", type=float, default=0.28, help="PPO clip above 1 (reference: 0.28)")
     p.add_argument("--dual-clip", type=float, default=3.0, help="dual-clip cap for negative advantages, 0 = off")

@@ -50,6 +50,9 @@ from sampler import sample
 # {solutions} numbered candidate solutions, {n} how many, {k} max strategies, {strategy} one strategy.
 _MATH_ANSWER = "Reason step by step, then give the final answer in \\boxed{{}}."
 _CODE_ANSWER = "Put your complete solution in a single ```python code block."
+_PICK = ("\n\nCompare them and decide which one is most likely correct. End with \\boxed{{N}}, where N is the number "
+         "of the best solution (1 to {n}).")
+_PLAN = "Write each strategy on its own line as 'STRATEGY 1: ...', 'STRATEGY 2: ...', and so on.\n\n"
 PROMPTS = {
     "math": {
         "generator": "Solve the following math problem. " + _MATH_ANSWER + "\n\nProblem: {problem}",
@@ -57,12 +60,9 @@ PROMPTS = {
                      "Check the latest attempt carefully. If its final answer is right, end with "
                      "\\boxed{{Correct}}. Otherwise state the main issue in one or two sentences, without "
                      "giving the answer, and end with \\boxed{{Incorrect}}.",
-        "aggregator": "Here are {n} solutions to the same math problem.\n\nProblem: {problem}\n\n{solutions}\n\n"
-                      "Compare them and decide which one is most likely correct. End with \\boxed{{N}}, "
-                      "where N is the number of the best solution (1 to {n}).",
-        "orchestrator": "Propose up to {k} different strategies for solving the math problem below. Do not "
-                        "solve it. Write each strategy on its own line as 'STRATEGY 1: ...', "
-                        "'STRATEGY 2: ...', and so on.\n\nProblem: {problem}",
+        "aggregator": "Here are {n} solutions to the same math problem.\n\nProblem: {problem}\n\n{solutions}" + _PICK,
+        "orchestrator": "Propose up to {k} different strategies for solving the math problem below. Do not solve it. "
+                        + _PLAN + "Problem: {problem}",
         "worker": "Solve the following math problem using the given strategy. " + _MATH_ANSWER +
                   "\n\nProblem: {problem}\n\nStrategy: {strategy}",
         "synthesizer": "Below are {n} solution(s) to the same math problem, each following a different "
@@ -76,11 +76,9 @@ PROMPTS = {
                      "input? If yes, end with \\boxed{{Correct}}. Otherwise state the main issue in one or "
                      "two sentences, without writing the fixed code, and end with \\boxed{{Incorrect}}.",
         "aggregator": "Here are {n} Python solutions to the same programming task.\n\nTask: {problem}\n\n"
-                      "{solutions}\n\nCompare them and decide which one is most likely correct. End with "
-                      "\\boxed{{N}}, where N is the number of the best solution (1 to {n}).",
-        "orchestrator": "Propose up to {k} different strategies (algorithms or approaches) for the "
-                        "programming task below. Do not write code. Write each strategy on its own line "
-                        "as 'STRATEGY 1: ...', 'STRATEGY 2: ...', and so on.\n\nTask: {problem}",
+                      "{solutions}" + _PICK,
+        "orchestrator": "Propose up to {k} different strategies (algorithms or approaches) for the programming task "
+                        "below. Do not write code. " + _PLAN + "Task: {problem}",
         "worker": "Solve the following programming task in Python using the given strategy. " +
                   _CODE_ANSWER + "\n\nTask: {problem}\n\nStrategy: {strategy}",
         "synthesizer": "Below are {n} Python solution(s) to the same programming task, each following "

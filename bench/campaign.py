@@ -92,6 +92,8 @@ CONFIGS = {  # name -> train.py flags on top of GRID
     "voting-sp-rb": ["--workflow", "voting", "--policy", "sp", "--loss-agg", "role-balanced"],
     "orchworkers-ip": ["--workflow", "orchworkers", "--policy", "ip", "--parallel-steps", "per-instance"],
     "orchworkers-ip-merged": ["--workflow", "orchworkers", "--policy", "ip", "--parallel-steps", "merged"],
+    # the reference's cut of the workers' rows (fixed-size mini-batches, not one step per worker slot): C5's fidelity
+    "orchworkers-ip-minibatch": ["--workflow", "orchworkers", "--policy", "ip", "--parallel-steps", "minibatch"],
     # I6 on the per-instance runs (C5): lambda 0.5 on the parallel role, the EMA window at its default (128)
     "voting-ip-i6": ["--workflow", "voting", "--policy", "ip", "--parallel-steps", "per-instance",
                      "--coherence", "generator=0.5"],
@@ -111,7 +113,7 @@ CLAIMS = {  # claim -> the configs its figure shows (C1: every run)
     "C2": ["single", "evalopt-ip", "voting-ip", "orchworkers-ip"],
     "C3": ["evalopt-ip", "evalopt-sp"],
     "C4": ["evalopt-ip", "evalopt-sp", "evalopt-sp-rb", "voting-ip", "voting-sp", "voting-sp-rb"],
-    "C5": ["voting-ip", "voting-ip-merged", "orchworkers-ip", "orchworkers-ip-merged"],
+    "C5": ["voting-ip", "voting-ip-merged", "orchworkers-ip", "orchworkers-ip-merged", "orchworkers-ip-minibatch"],
     "I6": ["voting-ip", "voting-ip-i6", "orchworkers-ip", "orchworkers-ip-i6"],
     "judges": ["evalopt-ip", "evalopt-ip-i1", "evalopt-ip-i6j", "voting-ip", "voting-ip-i1", "voting-ip-i6j"],
 }
@@ -728,7 +730,7 @@ def main(argv=None):
     args.results = args.results or (LOST if args.record_lost else RESULTS)
     if args.list:
         print("grid:", " ".join(GRID), f"--save-every {args.eval_every}")
-        print("\n".join(f"{name:<24}{' '.join(flags)}" for name, flags in CONFIGS.items()))
+        print("\n".join(f"{name:<26}{' '.join(flags)}" for name, flags in CONFIGS.items()))
         return
     if args.table:
         return print(table(args.results))

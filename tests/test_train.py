@@ -1031,3 +1031,32 @@ def test_ip_per_instance_steps_hold_only_their_role_and_instance(tiny, scratch_a
     assert all(r.role == adapter for adapter, rows in updates for r in rows)
     # every row is in exactly one step
     assert sorted(id(r) for _, rows in updates for r in rows) == sorted(id(t) for ep in episodes for t in ep.turns)
+
+
+@pytest.mark.parametrize("workflow,reply", [("voting", voting_reply), ("orchworkers", orch_reply)])
+def test_minibatch_steps_cut_a_parallel_roles_rows_in_order(tiny, scratch_adapter, workflow, reply, monkeypatch):
+    """--parallel-steps minibatch (the reference's cut): a parallel role's rows, in episode order, in steps of the
+    step's episode count (here 2): Voting 6 voter rows -> 3 steps of 2 (across voters and episodes); Orch-Workers 3
+    worker rows (2 in episode 0, 1 in episode 1) -> episode 0's two, then episode 1's one, where per-instance gives
+    the first workers of both episodes, then episode 0's second. The other roles keep one step each."""
+    model, tok = tiny
+    for seed, role in enumerate(workflows.WORKFLOWS[workflow].roles):
+        scratch_adapter(role, seed=seed)
+    monkeypatch.setattr(train, "policy_for", lambda *a: scripted(reply))
+    monkeypatch.setattr(workflows.rewards, "grade", yes_grade)
+    updates = []
+    monkeypatch.setattr(train, "optimizer_step", lambda model, adapter, rows, *a: updates.append(
+        (adapter, rows)) or True)
+    args = train.parse_args(["--workflow", workflow, "--policy", "ip", "--group", "2", "--problems", "1",
+                             "--parallel-steps", "minibatch"])
+    opt = {r: torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0) for r in workflows.WORKFLOWS[workflow].roles}
+    _, episodes = train.train_step(model, tok, [{"id": "p", "task": "math", "prompt": "q", "answer": "1"}],
+                                   args, opt, None, 1)
+    for role in workflows.WORKFLOWS[workflow].roles:
+        mine = [t for ep in episodes for t in ep.turns if t.role == role]
+        want = [mine[k:k + 2] for k in range(0, len(mine), 2)] if role in workflows.WORKFLOWS[workflow].parallel \
+            else [mine]
+        assert [[id(r) for r in rows] for adapter, rows in updates if adapter == role] == \
+            [[id(r) for r in chunk] for chunk in want]
+    assert [len(rows) for adapter, rows in updates if adapter in ("generator", "worker")] == \
+        ([2, 2, 2] if workflow == "voting" else [2, 1])
