@@ -15,8 +15,8 @@ The pad id always counts as a stop id, so padding can never appear inside a comp
 `sample_fast` is the GPU path (used by `sample` on CUDA when there is no top-k / top-p): a
 preallocated KV cache, the decode step captured as a CUDA graph (one per batch size and attended
 length bucket), decode attention as two batched matmuls that read each key/value head once for its whole
-query group (HF's SDPA path copies the cache per query head when a mask is present), sampling in one Triton kernel with no
-host synchronisation per token (`draw_fused`), and the batch compacted when many rows are done.
+query group (HF's SDPA path copies the cache per query head when a mask is present), sampling in one
+Triton kernel with no host synchronisation per token (`draw_fused`), and the batch compacted when many rows are done.
 Tried and dropped (docs/benchmarks.md): torch.compile of the whole decode step (two minutes of compiling,
 no faster on rollouts that stop at EOS) and of the decoder's norms, MLPs and rotary only (bench/sampler.py's
 fused_layers: half the kernels; 1.14x on a natural-stop call of 512 rows but 4% on an Orch-Workers step, twentieth
@@ -178,8 +178,8 @@ def gqa_attention(module, query, key, value, attention_mask, scaling=None, dropo
     values' dtype for the second matmul, as flash attention rounds them. Not SDPA: with cuDNN attention off
     (models.load_model) its masked kernel on the H200 is the memory-efficient one, which is not made for one query
     per row: 1.1-4.2x slower than these matmuls at 8-336 rows x 256-2,048 slots (all shapes measured but one, 0.99x;
-    more rows not measured yet), and a whole rollout call of 16 x 8 GSM8K prompts 1.06x slower (docs/benchmarks.md; bench/sdpa.py keeps SDPA as a
-    contender). Returns (B, q, H, D) as HF's attention functions do."""
+    more rows not measured yet), and a whole rollout call of 16 x 8 GSM8K prompts 1.06x slower (docs/benchmarks.md;
+    bench/sdpa.py keeps SDPA as a contender). Returns (B, q, H, D) as HF's attention functions do."""
     B, H, q, D = query.shape
     Hkv, L = key.shape[1], key.shape[2]
     g = H // Hkv

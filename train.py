@@ -161,7 +161,7 @@ def train_step(model, tok, problems, args, optimizers, gen, step):
     keys = [(ep.problem_id, t.instance) for ep in episodes for t in ep.turns]  # the GRPO group of each row
     # the k-th turn of its role in its episode: which parallel instance (voter, worker) a row is
     instance_index = [sum(u.role == t.role for u in ep.turns[:k]) for ep in episodes for k, t in enumerate(ep.turns)]
-    if args.parallel_steps == "minibatch":  # the reference's cut: a role's rows in order, one step's episodes a step
+    if args.parallel_steps == "minibatch":  # the reference's cut: a role's rows in episode order, len(episodes) a step
         order = {role: iter(range(len(rows))) for role in WORKFLOWS[args.workflow].roles}
         instance_index = [next(order[r.role]) // len(episodes) for r in rows]
     groups = update_groups(rows, instance_index, args)  # under torchrun its gather waits for the slowest rank
@@ -618,8 +618,8 @@ def parse_args(argv=None):
     p.add_argument("--loss-agg", choices=grpo.AGGREGATIONS, default=grpo.AGGREGATIONS[0], help="token weighting (grpo.py)")
     p.add_argument("--role-weights", default=None, help="explicit per-role factors, e.g. generator=3,evaluator=1")
     p.add_argument("--parallel-steps", choices=["per-instance", "merged", "minibatch"], default="per-instance",
-                   help="IP: one optimizer step per parallel instance (reference), one merged step, or one per "
-                   "mini-batch of a step's episode count of the role's rows (the reference's cut for varying workers)")
+                   help="IP: a step per parallel instance (the reference's cut for Voting), one merged step, or a step "
+                   "per mini-batch of the role's rows, a training step's episode count each (the reference's cut)")
     p.add_argument("--clip-low", type=float, default=0.2, help="PPO clip below 1 (reference: 0.2)")
     p.add_argument("--clip-high", type=float, default=0.28, help="PPO clip above 1 (reference: 0.28)")
     p.add_argument("--dual-clip", type=float, default=3.0, help="dual-clip cap for negative advantages, 0 = off")
