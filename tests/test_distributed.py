@@ -56,6 +56,9 @@ CASES = {
     # worker2 steps with no rows (a zero gradient)
     "orchworkers-ip": ["--workflow", "orchworkers", "--policy", "ip", "--parallel-steps", "per-instance",
                        "--loss-agg", "token-mean"],
+    # the reference's cut of the workers' rows: 12 a step (the batch's episodes) over both ranks' rows in order: rank 0's
+    # 12 workers, then rank 1's 8, so each rank must place its rows in the whole batch, not cut its own
+    "orchworkers-minibatch": ["--workflow", "orchworkers", "--policy", "ip", "--parallel-steps", "minibatch"],
     # SP: both roles in one step; retries vary per episode, so ranks hold different row counts
     "evalopt-sp": ["--workflow", "evalopt", "--policy", "sp", "--loss-agg", "role-balanced",
                    "--role-weights", "evaluator=3"],
@@ -197,6 +200,8 @@ def test_two_ranks_take_the_single_process_step(runs, case):
     assert 0 < m["reward_mean"] < 1 and all(r["grad_norm"] > 0 for r in m["roles"].values())  # a real update
     if case == "orchworkers-ip":
         assert m["roles"]["worker"]["optimizer_steps"] == 3 and m["workflow"]["mean_strategies"] == 5 / 3
+    if case == "orchworkers-minibatch":
+        assert m["roles"]["worker"]["optimizer_steps"] == 2 and m["roles"]["worker"]["rows"] == 20
     # rank 0 alone wrote the run folder
     assert sorted(os.listdir(two)) == ["config.json", "metrics.jsonl", "samples.txt", "step_000001"]
 
