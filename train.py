@@ -161,10 +161,10 @@ def train_step(model, tok, problems, args, optimizers, gen, step):
     keys = [(ep.problem_id, t.instance) for ep in episodes for t in ep.turns]  # the GRPO group of each row
     # the k-th turn of its role in its episode: which parallel instance (voter, worker) a row is
     instance_index = [sum(u.role == t.role for u in ep.turns[:k]) for ep in episodes for k, t in enumerate(ep.turns)]
-    if args.parallel_steps == "minibatch":  # the reference's cut: a role's rows in episode order, a step's episodes each
+    if args.parallel_steps == "minibatch":  # the reference's cut: a role's rows in order, a step's episodes each
         rank, counts = world()[0], gather((len(episodes), Counter(r.role for r in rows)))  # ranks: problems in order
         start = {role: sum(c[role] for _, c in counts[:rank]) for role in WORKFLOWS[args.workflow].roles}
-        order = {role: iter(range(s, s + len(rows))) for role, s in start.items()}  # the rows' places in the whole batch
+        order = {role: iter(range(s, s + len(rows))) for role, s in start.items()}  # places in the batch
         instance_index = [next(order[r.role]) // sum(e for e, _ in counts) for r in rows]
     groups = update_groups(rows, instance_index, args)  # under torchrun its gather waits for the slowest rank
     t1 = time.perf_counter()
