@@ -64,9 +64,8 @@ def _parse_row(row: dict) -> tuple[str, dict]:
             return "problem dict", p
         raise ValueError(f"task must be 'math' or 'code', got {row['task']!r}")
     if {"text", "test_list"} <= keys:
-        tests = row["test_list"]
-        if not isinstance(tests, list) or not tests or not all(isinstance(t, str) for t in tests):
-            raise ValueError("field 'test_list' must be a non-empty list of strings")
+        _need(isinstance(tests := row["test_list"], list) and tests and all(isinstance(t, str) for t in tests),
+              "field 'test_list' must be a non-empty list of strings")
         asserts = "\n".join(t.replace("\r\n", "\n") for t in tests)
         setup = (row.get("test_setup_code") or "").replace("\r\n", "\n")
         # the prompt shows the first test only: with every test in view, a table of the asserts' inputs passes

@@ -390,11 +390,10 @@ def _voting_headline(d):
 def _orchworkers(eps, probs, tasks, policy, max_strategies=3, **_):
     jobs = [(i, "orchestrator", _prompt(tasks, probs, i, "orchestrator", k=max_strategies)) for i in range(len(eps))]
     strategies = [[] for _ in eps]
-    for ep in eps:
-        ep.facts["n_strategies"] = 0
     for i, t in _stage(policy, "orchestrator", eps, jobs):
-        strategies[i], how = parse_strategies(t.text, max_strategies)
-        eps[i].facts.update(n_strategies=len(strategies[i]), strategy_parse=how)
+        strategies[i], eps[i].facts["strategy_parse"] = parse_strategies(t.text, max_strategies)
+    for ep, s in zip(eps, strategies):  # 0 where the orchestrator's prompt was too long
+        ep.facts["n_strategies"] = len(s)
     jobs = [(i, "worker", _prompt(tasks, probs, i, "worker", strategy=s)) for i in range(len(eps)) for s in strategies[i]]
     solutions = _answers(policy, "worker", eps, jobs, "n_workers")
     for i, t in _stage(policy, "synthesizer", eps, _compare_jobs("synthesizer", probs, tasks, solutions)):
