@@ -52,6 +52,9 @@ TRAIN_COHERENCE = ids("test_train.py", "test_coherence_scale_by_hand", "test_coh
                       "test_coherence_under_sp_scales_only_its_roles_part", "test_coherence_skips_a_non_finite_gradient")
 TRAIN_RESUME = ids("test_train.py", "test_resume_equals_uninterrupted_run")
 TRAIN_OLD_LOGPROBS = ids("test_train.py", "test_old_logprobs_are_recomputed_only_for_several_steps")
+MINIBATCH = ids("test_train.py", "test_minibatch_steps_cut_a_parallel_roles_rows_in_order")
+MINIBATCH_RANKS = ids("test_distributed.py", "test_two_ranks_take_the_single_process_step")
+DECODE_ATTENTION = ids("test_sampler.py", "test_decode_attention_equals_attention_written_out")
 SAMPLER = ids("test_sampler.py",  # not the torch.compile test: 10-20 s and no mutant needs it
               "test_top_p_and_top_k_truncate_at_non_degenerate_values", "test_logprobs_equal_full_forward",
               "test_greedy_matches_generate_on_mixed_lengths", "test_min_new_tokens_forces_length_and_top_k_1_is_greedy")
@@ -125,6 +128,14 @@ MUTANTS = [
      "(ep.problem_id, t.instance) for ep", "t.instance for ep", TRAIN),
     ("ip-steps-on-other-roles-rows", "train.py", "update_groups",
      "rows[i].role == role and k in (-1, instance_index[i])", "k in (-1, instance_index[i])", TRAIN),
+    ("minibatch-as-per-instance", "train.py", "train_step", 'if args.parallel_steps == "minibatch":', "if False:",
+     MINIBATCH),
+    ("minibatch-cut-per-rank", "train.py", "train_step", "// sum(e for e, _ in counts)", "// len(episodes)",
+     MINIBATCH_RANKS),
+    ("decode-attention-default-scale-1", "sampler.py", "gqa_attention", "D ** -0.5 if scaling is None else scaling",
+     "1.0 if scaling is None else scaling", DECODE_ATTENTION),
+    ("decode-attention-kv-head-order", "sampler.py", "gqa_attention", "out.view(B, H, q, D)",
+     "out.view(B, g, Hkv, q, D).transpose(1, 2).reshape(B, H, q, D)", DECODE_ATTENTION),
     ("per-instance-steps-merged", "train.py", "update_groups",
      "instance_index[i] if per_instance(rows[i].role) else -1", "-1", TRAIN),
     ("old-logprobs-never-recomputed", "train.py", "old_and_ref_logprobs",
