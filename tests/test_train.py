@@ -1001,6 +1001,25 @@ def test_grpo_groups_and_advantages_of_one_step(tiny, workflow, monkeypatch):
     assert metrics["singleton_groups"] == 0
 
 
+def ip_step_updates(tiny, scratch_adapter, workflow, reply, monkeypatch, parallel_steps="per-instance"):
+    """One IP train_step of 2 scripted episodes of one problem -> ([(adapter, rows) per optimizer step], episodes);
+    the optimizer steps are recorded, not taken."""
+    model, tok = tiny
+    for seed, role in enumerate(workflows.WORKFLOWS[workflow].roles):
+        scratch_adapter(role, seed=seed)
+    monkeypatch.setattr(train, "policy_for", lambda *a: scripted(reply))
+    monkeypatch.setattr(workflows.rewards, "grade", yes_grade)
+    updates = []
+    monkeypatch.setattr(train, "optimizer_step", lambda model, adapter, rows, *a: updates.append(
+        (adapter, rows)) or True)
+    args = train.parse_args(["--workflow", workflow, "--policy", "ip", "--group", "2", "--problems", "1",
+                             "--parallel-steps", parallel_steps])
+    opt = {r: torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0) for r in workflows.WORKFLOWS[workflow].roles}
+    _, episodes = train.train_step(model, tok, [{"id": "p", "task": "math", "prompt": "q", "answer": "1"}],
+                                   args, opt, None, 1)
+    return updates, episodes
+
+
 @pytest.mark.parametrize("workflow,reply,steps", [
     ("voting", voting_reply, [("generator", {"generator0"}), ("generator", {"generator1"}),
                               ("generator", {"generator2"}), ("aggregator", {"aggregator"})]),
@@ -1012,18 +1031,7 @@ def test_ip_per_instance_steps_hold_only_their_role_and_instance(tiny, scratch_a
     """Under IP each optimizer step holds one adapter's rows, and under --parallel-steps per-instance
     only one instance of it (voter k; the k-th worker of each episode). Kills: an IP step taking other
     roles' rows, per-instance steps merged or split on the wrong index."""
-    model, tok = tiny
-    for seed, role in enumerate(workflows.WORKFLOWS[workflow].roles):
-        scratch_adapter(role, seed=seed)
-    monkeypatch.setattr(train, "policy_for", lambda *a: scripted(reply))
-    monkeypatch.setattr(workflows.rewards, "grade", yes_grade)
-    updates = []
-    monkeypatch.setattr(train, "optimizer_step", lambda model, adapter, rows, *a: updates.append(
-        (adapter, rows)) or True)
-    args = train.parse_args(["--workflow", workflow, "--policy", "ip", "--group", "2", "--problems", "1"])
-    opt = {r: torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0) for r in workflows.WORKFLOWS[workflow].roles}
-    _, episodes = train.train_step(model, tok, [{"id": "p", "task": "math", "prompt": "q", "answer": "1"}],
-                                   args, opt, None, 1)
+    updates, episodes = ip_step_updates(tiny, scratch_adapter, workflow, reply, monkeypatch)
     slot = lambda row: next(j - 1 for ep in episodes for j, t in enumerate(ep.turns) if t is row)  # after the orchestrator
     got = [(adapter, {r.instance if workflow == "voting" or r.role != "worker" else slot(r) for r in rows})
            for adapter, rows in updates]
@@ -1039,19 +1047,7 @@ def test_minibatch_steps_cut_a_parallel_roles_rows_in_order(tiny, scratch_adapte
     step's episode count (here 2): Voting 6 voter rows -> 3 steps of 2 (across voters and episodes); Orch-Workers 3
     worker rows (2 in episode 0, 1 in episode 1) -> episode 0's two, then episode 1's one, where per-instance gives
     the first workers of both episodes, then episode 0's second. The other roles keep one step each."""
-    model, tok = tiny
-    for seed, role in enumerate(workflows.WORKFLOWS[workflow].roles):
-        scratch_adapter(role, seed=seed)
-    monkeypatch.setattr(train, "policy_for", lambda *a: scripted(reply))
-    monkeypatch.setattr(workflows.rewards, "grade", yes_grade)
-    updates = []
-    monkeypatch.setattr(train, "optimizer_step", lambda model, adapter, rows, *a: updates.append(
-        (adapter, rows)) or True)
-    args = train.parse_args(["--workflow", workflow, "--policy", "ip", "--group", "2", "--problems", "1",
-                             "--parallel-steps", "minibatch"])
-    opt = {r: torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0) for r in workflows.WORKFLOWS[workflow].roles}
-    _, episodes = train.train_step(model, tok, [{"id": "p", "task": "math", "prompt": "q", "answer": "1"}],
-                                   args, opt, None, 1)
+    updates, episodes = ip_step_updates(tiny, scratch_adapter, workflow, reply, monkeypatch, "minibatch")
     for role in workflows.WORKFLOWS[workflow].roles:
         mine = [t for ep in episodes for t in ep.turns if t.role == role]
         want = [mine[k:k + 2] for k in range(0, len(mine), 2)] if role in workflows.WORKFLOWS[workflow].parallel \
