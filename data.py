@@ -96,9 +96,8 @@ def _parse_row(row: dict) -> tuple[str, dict]:
             if not isinstance(ins, list) or not isinstance(outs, list) or len(ins) != len(outs):
                 raise ValueError("inputs and outputs must be lists of the same length")
             io = [{"input": i, "output": o} for i, o in zip(ins, outs)]
-        if not isinstance(io, list) or not io or not all(
-                isinstance(c, dict) and isinstance(c.get("input"), str) and isinstance(c.get("output"), str) for c in io):
-            raise ValueError("io tests must be a non-empty list of {'input': str, 'output': str}")
+        _need(isinstance(io, list) and io and all(isinstance(c, dict) and isinstance(c.get("input"), str) and
+              isinstance(c.get("output"), str) for c in io), "io tests must be a non-empty list of {'input': str, 'output': str}")
         key = next((k for k in ("prompt", "question", "problem", "description") if k in keys), "prompt")
         return "io-test", {"task": "code", "prompt": _text(row, key), "io_tests": io}
     if {"body", "question", "answer"} <= keys:  # the problem's story, then its question
@@ -116,8 +115,7 @@ def _parse_row(row: dict) -> tuple[str, dict]:
         prompt = row["prompt"]
         if isinstance(prompt, list):  # chat messages: the last user turn is the problem
             prompt = ([m.get("content", "") for m in prompt if isinstance(m, dict) and m.get("role") == "user"] or [""])[-1]
-        if not isinstance(prompt, str) or not prompt.strip():
-            raise ValueError("field 'prompt' must be a non-empty string or chat messages with a user turn")
+        _need(isinstance(prompt, str) and prompt.strip(), "field 'prompt' must be a non-empty string or chat messages with a user turn")
         return "DAPO", {"task": "math", "prompt": prompt, "answer": _math_answer(gold if gold is not None else "")}
     raise ValueError(f"unrecognized row with keys {sorted(keys)}; expected GSM8K, MATH, DAPO, MBPP, HumanEval, "
                      "io-test rows or problem dicts (see data.py)")
@@ -148,12 +146,11 @@ def load_problems(path: str, task: str | None = None, limit: int | None = None) 
         except (ValueError, TypeError, AttributeError) as e:  # JSONDecodeError is a ValueError
             raise ValueError(f"{path}:{where}: " + (f"invalid JSON ({e.msg})" if isinstance(e, json.JSONDecodeError)
                                                     else str(e))) from None
-        if task is not None and prob["task"] != task:
-            raise ValueError(f"{path}:{where}: this {fmt} row is a {prob['task']} problem, but task={task!r} was asked for")
+        _need(task in (None, prob["task"]), f"{path}:{where}: this {fmt} row is a {prob['task']} problem, but task={task!r} was asked for")
         rid = next((row[k] for k in ("id", "task_id", "problem_id", "unique_id") if k in row), None)
         pid = rid if isinstance(rid, str) else f"{p.stem}-{rid if rid is not None else where}"
-        if pid in seen:  # ids are GRPO group keys: two problems must never share one
-            raise ValueError(f"{path}:{where}: duplicate id {pid!r} (also at {seen[pid]})")
+        # ids are GRPO group keys: two problems must never share one
+        _need(pid not in seen, f"{path}:{where}: duplicate id {pid!r} (also at {seen.get(pid)})")
         seen[pid] = where
         problems.append({"id": pid, **prob})
     _need(problems, f"{path}: no problems in this file")
