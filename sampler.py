@@ -162,9 +162,10 @@ class StaticKV:
     def get_seq_length(self, layer_idx=0):
         return int(self.pos)
 
-    def keep(self, index):
-        """Move rows `index` (device tensor) to the front; the batch becomes len(index) rows."""
-        for buf in self.k + self.v:
+    def keep(self, index, *others):
+        """Move rows `index` (device tensor) to the front, in the cache and in `others` (the call's other per-row
+        buffers); the batch becomes len(index) rows."""
+        for buf in [*self.k, *self.v, *others]:
             buf[:len(index)] = buf[index]
         self.rows = len(index)
 
@@ -241,8 +242,7 @@ def draw_fused(logits, temperature, seed):
     (the same distribution; greedy gives the same tokens: tests/test_sampler.py)."""
     logits = logits if logits.stride(-1) == 1 else logits.contiguous()
     rows, V = logits.shape
-    tokens = torch.empty(rows, dtype=torch.long, device=logits.device)
-    logprobs = torch.empty(rows, dtype=torch.float32, device=logits.device)
+    tokens, logprobs = (torch.empty(rows, dtype=dtype, device=logits.device) for dtype in (torch.long, torch.float32))
     _draw_kernel[(rows,)](logits, logits.stride(0), V, 1.0 / (temperature or 1.0), seed, tokens, logprobs,
                           GREEDY=temperature == 0, BLOCK=4096, num_warps=8)
     return tokens, logprobs
@@ -330,10 +330,8 @@ def sample_fast(model, prompts, n=1, max_new_tokens=256, temperature=1.0, stop_i
                 if len(running) == 0:
                     break
                 if len(running) <= cache.rows // 2:
-                    cache.keep(running)
+                    cache.keep(running, mask, pos_in)
                     active, tok = active[running], tok[running]
-                    for buf in (mask, pos_in):
-                        buf[:len(running)] = buf[running]
                     graph = None  # recaptured for the smaller batch
             b = cache.rows
             tok_in[:b, 0] = tok

@@ -186,6 +186,9 @@ MUTANTS = [
     ("decode-writes-cache-slot-0", "sampler.py", "StaticKV.update", "self.pos.view(1)", "self.steps[:1]", SAMPLER_FAST),
     ("tail-window-one-slot-short", "sampler.py", "sample_fast", "cache.length = full if tail", "cache.length = Lp + t if tail",
      SAMPLER_FAST),
+    # compaction moves the rows of the attention mask with the cache's (StaticKV.keep's others)
+    ("compaction-leaves-the-mask", "sampler.py", "sample_fast", "cache.keep(running, mask, pos_in)",
+     "cache.keep(running, pos_in)", SAMPLER_FAST),
     # workflows.py
     ("evalopt-final-is-first-attempt", "workflows.py", "_evalopt",
      "eps[i].final = t.text", "eps[i].final = eps[i].final or t.text", WORKFLOWS),
