@@ -269,8 +269,7 @@ def _verdicts(ep):
         if t.role in ANSWER_ROLES:
             judged = t.correct
         elif t.role == "evaluator":
-            verdict = parse_verdict(t.text)
-            out.append((t, verdict, None if judged is None else
+            out.append((t, verdict := parse_verdict(t.text), None if judged is None else
                         ("approved_" if verdict == "Correct" else "rejected_") + ("right" if judged else "wrong")))
     return out
 
