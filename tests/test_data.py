@@ -67,6 +67,8 @@ def test_json_list_and_limit(tmp_path):
     ('{"question": "", "answer": "#### 1"}', "question"),
     ('{"problem": "P", "solution": "no box here"}', "boxed"),
     ('{"prompt": "P", "io_tests": [{"input": 1, "output": "2"}]}', "io tests"),
+    ('{"prompt": "P", "io_tests": []}', "io tests must be a non-empty list"),
+    ('{"prompt": [{"role": "system", "content": "S"}], "solution": "5"}', "chat messages with a user turn"),
     ('{"task": "code", "prompt": "P"}', "test_code or io_tests"),
     ('[1, 2]', "JSON object"),
     ('{"question": "Q?", "answer": null}', "gold answer must be"),
