@@ -577,7 +577,7 @@ def save_record(results, record):
 def plot(results, out_dir):
     """One PNG per claim and (model, task): held-out pass@1 vs step (± se band), one line per run; beside it each
     run's per-role training entropy (running mean over 5 steps); for the judges, also each run's judge_curve (records
-    from commit 2b82164 on; older ones: base, peak and final as points); C5 and I6 one row of these per workflow.
+    from commit 2b82164 on; older ones: base, peak and final as points); C1, C5 and I6 one row of these per workflow.
     claim-C1.png for the 0.5B math grid, else claim-C1-MODEL-TASK.png; from lost.jsonl, lost-claim-C1.png. Claims with
     no runs yet are skipped."""
     import matplotlib
@@ -591,8 +591,9 @@ def plot(results, out_dir):
         if not runs:
             continue
         judged = claim == "judges" and any(judge_curve(r) for r in runs)
-        # C5 and I6 compare variants within a workflow: one row of panels per workflow, else one row
-        rows = sorted({r["workflow"] for r in runs}) if claim in ("C5", "I6") else [None]
+        # C5 and I6 compare variants within a workflow, and C1 has every run (too many lines for one panel): one
+        # row of panels per workflow, else one row
+        rows = sorted({r["workflow"] for r in runs}) if claim in ("C1", "C5", "I6") else [None]
         fig, axes = plt.subplots(len(rows), 3 if judged else 2, figsize=(18 if judged else 12, 4.5 * len(rows)),
                                  squeeze=False)
         for (a, b, *c), workflow in zip(axes, rows):
@@ -620,7 +621,7 @@ def plot(results, out_dir):
                   title=f"{claim}: {r0['model']}, {r0['task']}" + (f", {workflow}" if workflow else ""))
             b.set(xlabel="training step", ylabel="entropy (nats/token, running mean 5)", title="per-role entropy")
             a.legend(fontsize=8)
-            b.legend(fontsize=7)
+            b.legend(fontsize=6 if len(b.lines) > 12 else 7, ncol=2 if len(b.lines) > 12 else 1)
             if judged:
                 c[0].set(xlabel="training step", ylabel="share of the judge's held-out decisions", ylim=(-0.03, 1.03),
                          title="the judge: default picks (Voting); approvals, unparseable (Eval-Opt)")

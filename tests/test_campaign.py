@@ -115,8 +115,8 @@ def test_plots(run_dir, tmp_path):
 
 
 def test_c5_figure_has_a_row_per_workflow(run_dir, tmp_path):
-    """C5 (and I6) compare variants within a workflow: one row of panels per workflow among its runs, so a figure with
-    Voting and Orch-Workers runs is twice as tall as C1's one row of the same runs."""
+    """C5 and I6 compare variants within a workflow, and C1 holds every run: one row of panels per workflow among its
+    runs, so a figure with Voting and Orch-Workers runs is twice as tall as C2's one row of the same workflows."""
     pytest.importorskip("matplotlib")
     import matplotlib.image
     r = campaign.build_record(run_dir, "single-s1", campaign.DEFAULT_MODEL, "gsm8k/test.jsonl", 500, 2)
@@ -125,8 +125,8 @@ def test_c5_figure_has_a_row_per_workflow(run_dir, tmp_path):
     write_jsonl(out / "c.jsonl", [{**r, "name": f"{c}-s0", "config": c, "workflow": c.split("-")[0]}
                                   for c in ("voting-ip", "voting-ip-merged", "orchworkers-ip")])
     campaign.plot(str(out / "c.jsonl"), str(out))
-    shapes = {f: matplotlib.image.imread(out / f).shape[:2] for f in ("claim-C1.png", "claim-C5.png", "claim-I6.png")}
-    assert shapes["claim-C5.png"] == shapes["claim-I6.png"] == (shapes["claim-C1.png"][0] * 2, shapes["claim-C1.png"][1])
+    shapes = {c: matplotlib.image.imread(out / f"claim-{c}.png").shape[:2] for c in ("C1", "C2", "C5", "I6")}
+    assert shapes["C1"] == shapes["C5"] == shapes["I6"] == (shapes["C2"][0] * 2, shapes["C2"][1])
 
 
 def test_record_leaves_out_transfer_and_other_sampling_lines(run_dir):
