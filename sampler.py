@@ -178,8 +178,8 @@ def gqa_attention(module, query, key, value, attention_mask, scaling=None, dropo
     elsewhere) as SDPA's kernels keep them, the masked softmax runs in fp32, and the probabilities are rounded to the
     values' dtype for the second matmul, as flash attention rounds them. Not SDPA: with cuDNN attention off
     (models.load_model) its masked kernel on the H200 is the memory-efficient one, which is not made for one query
-    per row: 1.1-4.2x slower than these matmuls at 8-336 rows x 256-2,048 slots (all shapes measured but one, 0.99x;
-    more rows not measured yet), and a whole rollout call of 16 x 8 GSM8K prompts 1.06x slower (docs/benchmarks.md;
+    per row: 1.0-4.2x slower than these matmuls at 8-768 rows x 256-2,048 slots (one shape once 0.99x), and whole
+    rollout calls 1.01-1.06x slower (16 x 8 GSM8K prompts; 128 long prompts x 384 tokens) (docs/benchmarks.md;
     bench/sdpa.py keeps SDPA as a contender). Returns (B, q, H, D) as HF's attention functions do."""
     B, H, q, D = query.shape
     Hkv, L = key.shape[1], key.shape[2]

@@ -621,7 +621,7 @@ def plot(results, out_dir):
                   title=f"{claim}: {r0['model']}, {r0['task']}" + (f", {workflow}" if workflow else ""))
             b.set(xlabel="training step", ylabel="entropy (nats/token, running mean 5)", title="per-role entropy")
             a.legend(fontsize=8)
-            b.legend(fontsize=6 if len(b.lines) > 12 else 7, ncol=2 if len(b.lines) > 12 else 1)
+            b.legend(fontsize=6 if len(b.lines) > 8 else 7, ncol=2 if len(b.lines) > 8 else 1)
             if judged:
                 c[0].set(xlabel="training step", ylabel="share of the judge's held-out decisions", ylim=(-0.03, 1.03),
                          title="the judge: default picks (Voting); approvals, unparseable (Eval-Opt)")
