@@ -4,6 +4,10 @@
 # (/root/proj: a later call's checkout replaces the repo root) and every later call polls it, with no gap.
 #
 #   setsid nohup bash bench/detached.sh start CELL... [campaign flags] > /root/detached.log 2>&1 < /dev/null &
+#   bash bench/detached.sh stop              end the campaign started here now, with the trainings and evaluations it
+#                                            started (start's process group: start it under setsid, as above), e.g.
+#                                            to carry a run the lease will not finish (bench/carry.sh pack: train.py
+#                                            writes checkpoints atomically, so the last complete one is packed)
 #   bash bench/detached.sh poll [SECONDS]    wait until the campaign has ended (at most SECONDS, default 240), print
 #                                            its status; at its start, whenever the records or a run's
 #                                            eval.jsonl change, and at the campaign's end, copy
@@ -38,6 +42,7 @@ start)
     if [ -f "$R/campaign.before.jsonl" ] && cmp -s -n "$(stat -c %s $results 2> /dev/null)" $results "$R/campaign.before.jsonl"; then
         cp "$R/campaign.before.jsonl" $results  # the checkout's records and those this lease added
     fi
+    echo $$ > "$R/logs/detached.pid"  # for stop
     # poll waits for this campaign's end, not an earlier one's
     cat "$R/logs/progress" >> "$R/logs/progress.before" 2> /dev/null; : > "$R/logs/progress"
     echo "start $* $(date +%T)" >> "$R/logs/progress"
@@ -70,5 +75,17 @@ poll)
     if grep -q "campaign rc=" "$R/logs/progress" 2> /dev/null && bring; then
         echo "copied campaign.jsonl and runs.tgz to \$OUT"
     fi ;;
-*) echo "usage: bash bench/detached.sh start CELL... [campaign flags] | poll [SECONDS]" >&2; exit 2 ;;
+stop)
+    pid=$(cat "$R/logs/detached.pid" 2> /dev/null)
+    if [ -z "$pid" ] || ! kill -0 "$pid" 2> /dev/null || grep -q "campaign rc=" "$R/logs/progress" 2> /dev/null; then
+        echo "error: no campaign started here is running" >&2; exit 1
+    fi
+    # its own process group only (setsid): never the group of the shell that called stop
+    [ "$(ps -o pgid= -p "$pid" | tr -d ' ')" = "$pid" ] || { echo "error: start was not run under setsid" >&2; exit 1; }
+    kill -TERM -- "-$pid"
+    for _ in $(seq 60); do pgrep -g "$pid" > /dev/null || break; sleep 0.5; done
+    pgrep -g "$pid" > /dev/null && kill -KILL -- "-$pid"
+    echo "campaign rc=stopped $(date +%T)" >> "$R/logs/progress"
+    echo "stopped; last checkpoint(s): $(cd "$R" && ls -d runs/*/step_* 2> /dev/null | sort | tail -n 3 | xargs)" ;;
+*) echo "usage: bash bench/detached.sh start CELL... [campaign flags] | poll [SECONDS] | stop" >&2; exit 2 ;;
 esac

@@ -1142,3 +1142,40 @@ def test_record_lost_keeps_every_attempt(run_dir, tmp_path, capsys):
     for bad, why in ((tmp_path / "nothing", "not a run folder"), (run_dir, "lacks the base")):
         with pytest.raises(SystemExit, match=why):
             campaign.main(["--record-lost", str(bad), "--results", str(lost), "--eval-problems", "7"])
+
+
+def test_detached_stop_ends_the_campaign_and_what_it_started(tmp_path):
+    """bench/detached.sh stop (to carry a run the lease will not finish): the campaign started under setsid ends with
+    every process it started (python is a stub that starts a child standing in for train.py and waits), the progress
+    log says so, so poll returns at once, and a second stop is refused in one line."""
+    checkout, root, out, stub = (tmp_path / n for n in ("checkout", "root", "out", "stub"))
+    for d in (checkout / "bench", checkout / "docs" / "results", out, stub):
+        d.mkdir(parents=True)
+    shutil.copy(os.path.join(campaign.ROOT, "bench", "detached.sh"), checkout / "bench")
+    (checkout / "docs" / "results" / "campaign.jsonl").write_text('{"name": "a"}\n')
+    (stub / "python").write_text(f'#!/bin/sh\n[ "$1" = -m ] && exit 0\nmkdir -p {root}/runs/x-s0/step_000020\n'
+                                 f'sleep 300 &\necho $! > {tmp_path}/child\nwait\n')
+    (stub / "python").chmod(0o755)
+    env = {**os.environ, "DETACHED_ROOT": str(root), "OUT": str(out), "PATH": f"{stub}:{os.environ['PATH']}"}
+    sh = lambda *a: subprocess.run(["bash", "bench/detached.sh", *a], cwd=checkout, env=env, capture_output=True, text=True)
+    start = subprocess.Popen(["bash", "bench/detached.sh", "start", "x-s0"], cwd=checkout, env=env, start_new_session=True)
+    try:
+        for _ in range(200):
+            if (tmp_path / "child").exists() and (tmp_path / "child").read_text().strip():
+                break
+            time.sleep(0.1)
+        child = int((tmp_path / "child").read_text())
+        stopped = sh("stop")
+        assert stopped.returncode == 0 and "runs/x-s0/step_000020" in stopped.stdout, stopped.stderr
+        start.wait(timeout=10)
+        time.sleep(0.2)
+        with pytest.raises(ProcessLookupError):
+            os.kill(child, 0)
+        assert "campaign rc=stopped" in (root / "logs" / "progress").read_text()
+        t = time.time()
+        assert sh("poll", "30").returncode == 0 and time.time() - t < 10
+        again = sh("stop")
+        assert again.returncode == 1 and again.stderr == "error: no campaign started here is running\n"
+    finally:
+        if start.poll() is None:
+            os.killpg(start.pid, 9)
