@@ -146,11 +146,12 @@ def load_problems(path: str, task: str | None = None, limit: int | None = None) 
         except (ValueError, TypeError, AttributeError) as e:  # JSONDecodeError is a ValueError
             raise ValueError(f"{path}:{where}: " + (f"invalid JSON ({e.msg})" if isinstance(e, json.JSONDecodeError)
                                                     else str(e))) from None
-        _need(task in (None, prob["task"]), f"{path}:{where}: this {fmt} row is a {prob['task']} problem, but task={task!r} was asked for")
+        if task is not None and prob["task"] != task:  # messages built only when raised: this loop runs per row
+            raise ValueError(f"{path}:{where}: this {fmt} row is a {prob['task']} problem, but task={task!r} was asked for")
         rid = next((row[k] for k in ("id", "task_id", "problem_id", "unique_id") if k in row), None)
         pid = rid if isinstance(rid, str) else f"{p.stem}-{rid if rid is not None else where}"
-        # ids are GRPO group keys: two problems must never share one
-        _need(pid not in seen, f"{path}:{where}: duplicate id {pid!r} (also at {seen.get(pid)})")
+        if pid in seen:  # ids are GRPO group keys: two problems must never share one
+            raise ValueError(f"{path}:{where}: duplicate id {pid!r} (also at {seen[pid]})")
         seen[pid] = where
         problems.append({"id": pid, **prob})
     _need(problems, f"{path}: no problems in this file")

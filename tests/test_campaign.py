@@ -1011,22 +1011,29 @@ def test_eval_chunk_is_eval_pys():
         assert E.settings_and_problems(args, {}, "tiny", "math")[0]["chunk"] == campaign.eval_chunk(n), n
 
 
-def test_detached_start_twice_in_one_lease(tmp_path):
-    """bench/detached.sh (the GPU machine's way to run a cell past a 10-minute call): a second start in the same
-    lease keeps the first one's record (when the checkout's results file is where it began), waits in poll for its
-    own end, runs the reward tests once, and is refused while a campaign still runs. python is a stub here."""
+def detached_checkout(tmp_path, python):
+    """A checkout holding bench/detached.sh and one record ({"name": "a"}), DETACHED_ROOT (tmp_path/root) and $OUT in
+    tmp_path, and `python` (a shell script) first on PATH -> (checkout, root, out, env, sh: bash bench/detached.sh)."""
     checkout, root, out, stub = (tmp_path / n for n in ("checkout", "root", "out", "stub"))
     for d in (checkout / "bench", checkout / "docs" / "results", out, stub):
         d.mkdir(parents=True)
     shutil.copy(os.path.join(campaign.ROOT, "bench", "detached.sh"), checkout / "bench")
-    results = checkout / "docs" / "results" / "campaign.jsonl"
-    results.write_text('{"name": "a"}\n')
-    (stub / "python").write_text('#!/bin/sh\n[ "$1" = -m ] && { echo "1 passed"; exit 0; }\nshift\n'
-                                 'for a; do case $a in *-s[0-9]) echo "{\\"name\\": \\"$a\\"}" >> docs/results/campaign.jsonl;; '
-                                 'esac; done\necho "campaign: finished"\n')
+    (checkout / "docs" / "results" / "campaign.jsonl").write_text('{"name": "a"}\n')
+    (stub / "python").write_text(python)
     (stub / "python").chmod(0o755)
     env = {**os.environ, "DETACHED_ROOT": str(root), "OUT": str(out), "PATH": f"{stub}:{os.environ['PATH']}"}
     sh = lambda *a: subprocess.run(["bash", "bench/detached.sh", *a], cwd=checkout, env=env, capture_output=True, text=True)
+    return checkout, root, out, env, sh
+
+
+def test_detached_start_twice_in_one_lease(tmp_path):
+    """bench/detached.sh (the GPU machine's way to run a cell past a 10-minute call): a second start in the same
+    lease keeps the first one's record (when the checkout's results file is where it began), waits in poll for its
+    own end, runs the reward tests once, and is refused while a campaign still runs. python is a stub here."""
+    checkout, root, out, env, sh = detached_checkout(tmp_path, '#!/bin/sh\n[ "$1" = -m ] && { echo "1 passed"; exit 0; }\n'
+        'shift\nfor a; do case $a in *-s[0-9]) echo "{\\"name\\": \\"$a\\"}" >> docs/results/campaign.jsonl;; '
+        'esac; done\necho "campaign: finished"\n')
+    results = checkout / "docs" / "results" / "campaign.jsonl"
     names = lambda: [json.loads(line)["name"] for line in (out / "campaign.jsonl").read_text().splitlines()]
     assert sh("start", "single-s0").returncode == 0 and sh("poll", "5").returncode == 0
     assert names() == ["a", "single-s0"] and "reward tests rc=0" in (root / "logs" / "progress").read_text()
@@ -1046,17 +1053,11 @@ def test_detached_start_twice_in_one_lease(tmp_path):
 def test_detached_poll_brings_a_new_evaluation_back(tmp_path):
     """A run the lease cuts off writes no record, but its evaluations so far are its curve: poll copies the small
     files again whenever a run's eval.jsonl changes. python is a stub that evaluates twice, waiting between."""
-    checkout, root, out, stub = (tmp_path / n for n in ("checkout", "root", "out", "stub"))
-    for d in (checkout / "bench", checkout / "docs" / "results", out, stub):
-        d.mkdir(parents=True)
-    shutil.copy(os.path.join(campaign.ROOT, "bench", "detached.sh"), checkout / "bench")
-    (checkout / "docs" / "results" / "campaign.jsonl").write_text('{"name": "a"}\n')
-    ev = root / "runs" / "x-s0" / "eval.jsonl"
-    (stub / "python").write_text(f'#!/bin/sh\n[ "$1" = -m ] && exit 0\nmkdir -p {ev.parent}\necho 0 > {ev}\n'
-                                 f'until [ -e {tmp_path}/go ]; do sleep 0.1; done\nsleep 1; echo 20 >> {ev}\n'
-                                 f'until [ -e {tmp_path}/release ]; do sleep 0.1; done\n')
-    (stub / "python").chmod(0o755)
-    env = {**os.environ, "DETACHED_ROOT": str(root), "OUT": str(out), "PATH": f"{stub}:{os.environ['PATH']}"}
+    ev = tmp_path / "root" / "runs" / "x-s0" / "eval.jsonl"
+    checkout, root, out, env, _ = detached_checkout(
+        tmp_path, f'#!/bin/sh\n[ "$1" = -m ] && exit 0\nmkdir -p {ev.parent}\necho 0 > {ev}\n'
+        f'until [ -e {tmp_path}/go ]; do sleep 0.1; done\nsleep 1; echo 20 >> {ev}\n'
+        f'until [ -e {tmp_path}/release ]; do sleep 0.1; done\n')
     start = subprocess.Popen(["bash", "bench/detached.sh", "start", "x-s0"], cwd=checkout, env=env)
     try:
         for _ in range(200):
@@ -1080,17 +1081,9 @@ def test_detached_poll_brings_records_back_before_the_end(tmp_path):
     """bench/detached.sh poll copies the records to $OUT as soon as they change, not only at the campaign's end (a
     call cut off by the lease's end, e.g. while --grow extends a recorded cell, keeps them). python is a stub that
     records its cell, then waits for a file to exist."""
-    checkout, root, out, stub = (tmp_path / n for n in ("checkout", "root", "out", "stub"))
-    for d in (checkout / "bench", checkout / "docs" / "results", out, stub):
-        d.mkdir(parents=True)
-    shutil.copy(os.path.join(campaign.ROOT, "bench", "detached.sh"), checkout / "bench")
-    (checkout / "docs" / "results" / "campaign.jsonl").write_text('{"name": "a"}\n')
-    (stub / "python").write_text('#!/bin/sh\n[ "$1" = -m ] && exit 0\n'
-                                 'echo "{\\"name\\": \\"x-s0\\"}" >> docs/results/campaign.jsonl\n'
-                                 f'until [ -e {tmp_path}/release ]; do sleep 0.1; done\n')
-    (stub / "python").chmod(0o755)
-    env = {**os.environ, "DETACHED_ROOT": str(root), "OUT": str(out), "PATH": f"{stub}:{os.environ['PATH']}"}
-    sh = lambda *a: subprocess.run(["bash", "bench/detached.sh", *a], cwd=checkout, env=env, capture_output=True, text=True)
+    checkout, root, out, env, sh = detached_checkout(
+        tmp_path, '#!/bin/sh\n[ "$1" = -m ] && exit 0\necho "{\\"name\\": \\"x-s0\\"}" >> docs/results/campaign.jsonl\n'
+        f'until [ -e {tmp_path}/release ]; do sleep 0.1; done\n')
     names = lambda: [json.loads(line)["name"] for line in (out / "campaign.jsonl").read_text().splitlines()]
     start = subprocess.Popen(["bash", "bench/detached.sh", "start", "x-s0"], cwd=checkout, env=env)
     try:
@@ -1148,16 +1141,9 @@ def test_detached_stop_ends_the_campaign_and_what_it_started(tmp_path):
     """bench/detached.sh stop (to carry a run the lease will not finish): the campaign started under setsid ends with
     every process it started (python is a stub that starts a child standing in for train.py and waits), the progress
     log says so, so poll returns at once, and a second stop is refused in one line."""
-    checkout, root, out, stub = (tmp_path / n for n in ("checkout", "root", "out", "stub"))
-    for d in (checkout / "bench", checkout / "docs" / "results", out, stub):
-        d.mkdir(parents=True)
-    shutil.copy(os.path.join(campaign.ROOT, "bench", "detached.sh"), checkout / "bench")
-    (checkout / "docs" / "results" / "campaign.jsonl").write_text('{"name": "a"}\n')
-    (stub / "python").write_text(f'#!/bin/sh\n[ "$1" = -m ] && exit 0\nmkdir -p {root}/runs/x-s0/step_000020\n'
-                                 f'sleep 300 &\necho $! > {tmp_path}/child\nwait\n')
-    (stub / "python").chmod(0o755)
-    env = {**os.environ, "DETACHED_ROOT": str(root), "OUT": str(out), "PATH": f"{stub}:{os.environ['PATH']}"}
-    sh = lambda *a: subprocess.run(["bash", "bench/detached.sh", *a], cwd=checkout, env=env, capture_output=True, text=True)
+    checkout, root, out, env, sh = detached_checkout(
+        tmp_path, f'#!/bin/sh\n[ "$1" = -m ] && exit 0\nmkdir -p {tmp_path}/root/runs/x-s0/step_000020\n'
+        f'sleep 300 &\necho $! > {tmp_path}/child\nwait\n')
     start = subprocess.Popen(["bash", "bench/detached.sh", "start", "x-s0"], cwd=checkout, env=env, start_new_session=True)
     try:
         for _ in range(200):
