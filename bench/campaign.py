@@ -254,7 +254,12 @@ def build_record(run_dir, name, model_name, eval_data, eval_problems, eval_n, ex
                             # None where no row of the role ran (every advantage 0): unknown, not 0
                             "entropy": {role: [None if (e := m["roles"].get(role, {}).get("entropy")) is None else
                                                round(e, 4) for m in metrics] for role in metrics[-1]["roles"]}
-                            if metrics else {}},
+                            if metrics else {},
+                            # I6 (--coherence): each step's gradient scale per role, None where the role had no step
+                            **({"coherence_scale": scales} if (scales := {role: [
+                                None if (c := m["roles"].get(role, {}).get("coherence_scale")) is None else round(c, 4)
+                                for m in metrics] for role in metrics[-1]["roles"] if any(
+                                "coherence_scale" in m["roles"].get(role, {}) for m in metrics)}) else {})},
             **({"transfers": t} if (t := transfers(run_dir, curve[-1]["step"])) else {}),
             "git_commit": git_commit(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             **(extra or {})}
@@ -577,7 +582,8 @@ def save_record(results, record):
 def plot(results, out_dir):
     """One PNG per claim and (model, task): held-out pass@1 vs step (± se band), one line per run; beside it each
     run's per-role training entropy (running mean over 5 steps); for the judges, also each run's judge_curve (records
-    from commit 2b82164 on; older ones: base, peak and final as points); C1, C5 and I6 one row of these per workflow.
+    from commit 2b82164 on; older ones: base, peak and final as points); for I6, each run's coherence_scale per step
+    (records from the twenty-fifth session on); C1, C5 and I6 one row of these per workflow.
     claim-C1.png for the 0.5B math grid, else claim-C1-MODEL-TASK.png; from lost.jsonl, lost-claim-C1.png. Claims with
     no runs yet are skipped."""
     import matplotlib
@@ -591,10 +597,12 @@ def plot(results, out_dir):
         if not runs:
             continue
         judged = claim == "judges" and any(judge_curve(r) for r in runs)
+        scaled = claim == "I6" and any(r["train_curve"].get("coherence_scale") for r in runs)  # a panel of I6's scale
+        wide = judged or scaled  # a third column of panels
         # C5 and I6 compare variants within a workflow, and C1 has every run (too many lines for one panel): one
         # row of panels per workflow, else one row
         rows = sorted({r["workflow"] for r in runs}) if claim in ("C1", "C5", "I6") else [None]
-        fig, axes = plt.subplots(len(rows), 3 if judged else 2, figsize=(18 if judged else 12, 4.5 * len(rows)),
+        fig, axes = plt.subplots(len(rows), 3 if wide else 2, figsize=(18 if wide else 12, 4.5 * len(rows)),
                                  squeeze=False)
         for (a, b, *c), workflow in zip(axes, rows):
             mine = [r for r in runs if workflow in (None, r["workflow"])]
@@ -615,6 +623,9 @@ def plot(results, out_dir):
                     b.plot(np.arange(1, len(ent) + 1), smooth, color=line.get_color(),
                            linestyle=["-", "--", ":", "-."][list(r["train_curve"]["entropy"]).index(role) % 4],
                            label=f"{label(r)} {role}")
+                for role, scale in r["train_curve"].get("coherence_scale", {}).items() if scaled else ():
+                    c[0].plot(np.arange(1, len(scale) + 1), np.array(scale, dtype=float), color=line.get_color(),
+                              label=f"{label(r)} {role}")
             r0 = mine[0]
             a.set(xlabel="training step", ylabel=f"held-out pass@1 ({r0['eval_data']}, {r0['eval_problems']} x "
                   f"{r0['eval_n']}, T={r0['eval_temperature']})",
@@ -626,6 +637,11 @@ def plot(results, out_dir):
                 c[0].set(xlabel="training step", ylabel="share of the judge's held-out decisions", ylim=(-0.03, 1.03),
                          title="the judge: default picks (Voting); approvals, unparseable (Eval-Opt)")
                 c[0].legend(fontsize=7)
+            if scaled:
+                c[0].set(xlabel="training step", ylabel="gradient scale, 1 - lambda max(0, cos(g, EMA g))",
+                         ylim=(-0.03, 1.03), title="I6: the scale applied to the role's gradient (mean of its steps)")
+                if c[0].lines:
+                    c[0].legend(fontsize=7)
         fig.tight_layout()
         tag = "" if (model, task) == (DEFAULT_MODEL, "math") else f"-{model}-{task}"
         lost = os.path.basename(results) == os.path.basename(LOST)  # its figures never replace the grid's

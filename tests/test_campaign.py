@@ -89,6 +89,19 @@ def test_record_stops_at_the_step_the_run_was_trained_to(run_dir):
         campaign.build_record(run_dir, "single-s1", "m", "gsm8k/test.jsonl", 500, 2, steps=19)
 
 
+def test_record_keeps_the_coherence_scale_per_step(run_dir):
+    """An I6 run (--coherence) logs coherence_scale per role: the record keeps it per step (None where the role had no
+    optimizer step), for I6's figure; a run without I6 has no such curve."""
+    assert "coherence_scale" not in campaign.build_record(run_dir, "single-s1", "m", "gsm8k/test.jsonl", 500, 2)["train_curve"]
+    metrics = os.path.join(run_dir, "metrics.jsonl")
+    rows = [json.loads(line) for line in open(metrics)]
+    rows[0]["roles"]["generator"]["coherence_scale"] = 0.98765
+    rows[2]["roles"]["generator"]["coherence_scale"] = 0.5
+    write_jsonl(metrics, rows)
+    r = campaign.build_record(run_dir, "single-s1", "m", "gsm8k/test.jsonl", 500, 2)
+    assert r["train_curve"]["coherence_scale"] == {"generator": [0.9877, 0.5, None]}  # step 2's later line wins
+
+
 def test_names_and_skipping(tmp_path, capsys):
     assert campaign.parse_name("voting-ip-merged-s12") == ("voting-ip-merged", 12)
     for bad in ("voting-s0", "single", "single-sx"):
@@ -127,6 +140,11 @@ def test_c5_figure_has_a_row_per_workflow(run_dir, tmp_path):
     campaign.plot(str(out / "c.jsonl"), str(out))
     shapes = {c: matplotlib.image.imread(out / f"claim-{c}.png").shape[:2] for c in ("C1", "C2", "C5", "I6")}
     assert shapes["C1"] == shapes["C5"] == shapes["I6"] == (shapes["C2"][0] * 2, shapes["C2"][1])
+    i6 = {**r, "name": "orchworkers-ip-i6-s0", "config": "orchworkers-ip-i6", "workflow": "orchworkers",
+          "train_curve": {**r["train_curve"], "coherence_scale": {"worker": [1.0, 0.99, None]}}}
+    write_jsonl(out / "c.jsonl", [i6, {**i6, "name": "orchworkers-ip-s0", "config": "orchworkers-ip"}])
+    campaign.plot(str(out / "c.jsonl"), str(out))  # a run with I6's scale: a third column of panels
+    assert matplotlib.image.imread(out / "claim-I6.png").shape[:2] == (shapes["C2"][0], shapes["C2"][1] * 3 // 2)
 
 
 def test_record_leaves_out_transfer_and_other_sampling_lines(run_dir):
