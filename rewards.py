@@ -249,10 +249,10 @@ def gold_answer(answer: str) -> str:
 
 _SUBS = [("\\\\", " \\cr "), ("\u2212", "-"), ("\u00d7", "\\times "), ("\u00b7", "\\cdot "), ("\u00f7", "\\div "),
          ("\\dfrac", "\\frac"), ("\\tfrac", "\\frac"), ("\\cfrac", "\\frac"), ("\\left", ""), ("\\right", ""),
-         ("\\displaystyle", ""), ("\\!", ""), ("\\,", ""), ("\\;", " "), ("\\:", " "), ("\\quad", " "),
+         ("\\displaystyle", ""), ("\\!", ""), ("\\,", " "), ("\\;", " "), ("\\:", " "), ("\\quad", " "),
          ("\\ ", " "), ("~", " "), ("\\$", ""), ("$", ""), ("^{\\circ}", ""), ("^\\circ", ""), ("\\circ", ""),
          ("°", ""), ("\\degree", ""), ("\\{", "{"), ("\\}", "}"), ("{,}", ","), ("\\%", "%"), ("percent", "%")]
-_TEXT = re.compile(r"\\(?:text|textbf|textit|textrm|mathrm|mathbf|mbox|operatorname)\s*\{([^{}]*)\}")
+_TEXT = re.compile(r"\\(?:text|textbf|textit|textrm|mathrm|mathbf|boldsymbol|mbox|operatorname)\s*\{([^{}]*)\}")
 _UNIT = re.compile(r"(?<=[\d}])\s*(?:sq\.?|square|cubic)?\s*(?:units?|dollars?|cents?|degrees?|cm|mm|km|meters?|"
                    r"metres?|inches|inch|feet|foot|ft|yards?|miles?|mph|hours?|hrs?|minutes?|mins?|seconds?|"
                    r"days?|weeks?|months?|years?|kg|grams?|pounds?|lbs?|ounces?|oz|liters?|litres?|ml|gallons?|"
@@ -262,7 +262,7 @@ _UNIT = re.compile(r"(?<=[\d}])\s*(?:sq\.?|square|cubic)?\s*(?:units?|dollars?|c
 def _normalize(s: str) -> tuple[str, bool]:
     """Canonical spelling of an answer (single spaces kept for the LaTeX parser) and whether it was a percentage.
     Whitespace runs are collapsed first, so no pattern below ever scans a run of spaces (linear time)."""
-    s = re.sub(r"\s+", " ", s).strip()
+    s = re.sub(r"(?<=\d)\\,(?=\d)", "", re.sub(r"\s+", " ", s).strip())  # 1\,000: a digit group; else \, is a space
     for a, b in _SUBS:
         s = s.replace(a, b)
     while (t := _TEXT.sub(r"\1", s)) != s:
@@ -458,10 +458,10 @@ def _equal(p: str, g: str) -> bool:
 
 
 def _drop_words(s: str, other: str) -> str:
-    """'12 apples' or '9 (apples)' -> '12' / '9' when the other side is a plain number: a noun after the number
+    """'12 apples', '9 (apples)' or '72 m^2' -> '12' / '9' / '72' when the other side is a plain number: a noun after the number
     is not part of the answer. Only then, so '5 x' still differs from gold '5x'; and not after a hedge ('5 or 6') or a
     multiplier ('5 thousand', '12 squared', '2 k'), which change what the number says."""
-    m = re.fullmatch(r"([-+]?\d[\d.,/]*)\s+(?:[a-zA-Z][a-zA-Z .'-]*|\([a-zA-Z][a-zA-Z .'-]+\))", s)
+    m = re.fullmatch(r"([-+]?\d[\d.,/]*)\s+(?:[a-zA-Z][a-zA-Z .'-]*(?:\^\{?\d\}?)?|\([a-zA-Z][a-zA-Z .'-]+\))", s)
     hedge = m and re.search(r"\b(or|and|to|than|more|less|least|most|about|around|approx\w*|between|plus|minus|not"
                             r"|hundreds?|thousands?|millions?|billions?|trillions?|dozens?|squared|cubed|twice|thrice"
                             r"|half|double|triple|k)\b", s)

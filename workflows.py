@@ -99,7 +99,9 @@ MONITORED_ROLES = ANSWER_ROLES + ("synthesizer",)  # turns that are answers: + t
 # ----------------------------------------------------------------------------- parsers (pure)
 
 _VERDICT = re.compile(r"\\boxed\{\s*(?:\\text(?:bf)?\{\s*)?(correct|incorrect)\s*\}?\s*\}", re.I)
-_BOXED_INT = re.compile(r"\\boxed\{\s*(?:\\text\{\s*)?(?:solution\s*)?(\d+)\s*\}?\s*\}", re.I)
+# \boxed{2}, {\text{Solution 2}}, {\text{Solution } 2}, {\textbf{2}}, {(2)}, {2.}: read on whitespace-collapsed text
+_BOXED_INT = re.compile(r"\\boxed\{ ?(?:\\(?:text|textbf|mathbf|mathrm|boldsymbol) ?\{ ?)?\(? ?(?:solution ?)?(?:\} ?)?\(?(\d+)\)?"
+                        r"\.? ?\}? ?\}", re.I)
 _STRATEGY = re.compile(r"^[ \t*#>_-]*strategy[ \t]*\d+[ \t*]*[:.)-][ \t*]*(\S.*?)[ \t*]*$", re.I | re.M)
 _LIST_ITEM = re.compile(r"^[ \t]*(?:\(?\d+[.)]|[-*\u2022])[ \t]+(\S.*?)[ \t]*$", re.M)
 
@@ -111,10 +113,11 @@ def parse_verdict(text):
 
 
 def parse_choice(text, n):
-    """(choice in 1..n, how): the last \\boxed{N} with N in range ('boxed'); else the first number
+    """(choice in 1..n, how): the last \\boxed{N} with N in range, also in \\text{} / \\textbf{}, after 'Solution', in
+    brackets or with a full stop ('boxed'); else the first number
     in 1..n anywhere in the text ('digit'); else 1 ('default'), as the reference's fallbacks. A run of
     4,300 digits or more is no number here (int() refuses it: a degenerate reply must not crash)."""
-    if boxed := [int(m) for m in _BOXED_INT.findall(text) if len(m) < 4300 and 1 <= int(m) <= n]:
+    if boxed := [int(m) for m in _BOXED_INT.findall(" ".join(text.split())) if len(m) < 4300 and 1 <= int(m) <= n]:
         return boxed[-1], "boxed"
     first = next((int(m) for m in re.findall(r"(?<!\d)\d+(?!\d)", text) if len(m) < 4300 and 1 <= int(m) <= n), None)
     return (first, "digit") if first else (1, "default")

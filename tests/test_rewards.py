@@ -128,6 +128,8 @@ GAMED = [  # (completion, gold): none of these is equal to its gold
     # ("5 thousand" -> 5)
     ("\\boxed{5 thousand}", "5"), ("\\boxed{12 squared}", "12"), ("\\boxed{10 dozen}", "10"), ("\\boxed{9 \\text{ twice}}", "9"),
     ("\\boxed{2 k}", "2"), ("\\boxed{3 hundred apples}", "3"), ("\\boxed{4 and a half}", "4"),
+    # the twenty-fifth session's review read \, as a space unless between digits: no multiplier comes through it
+    ("\\boxed{5\\,\\text{thousand}}", "5"), ("\\boxed{1\\,000}", "1"), ("\\boxed{12\\,\\text{squared}}", "12"),
 ]
 FIXED = [  # (completion, gold): equal, and scored 0 before
     ("\\boxed{4210_5}", "4210_{5}"), ("\\boxed{\u22125}", "-5"), ("\\boxed{9}", "9 (apples)"), ("\\boxed{9 (apples)}", "9"),
@@ -137,6 +139,11 @@ FIXED = [  # (completion, gold): equal, and scored 0 before
     ("\\boxed{500\\%}", "500"), ("\\boxed{50\\%}", "0.5"), ("\\boxed{1e5}", "100000"), ("\\boxed{2(x+1)}", "2x+2"),
     ("\\boxed{(a+b)(a-b)}", "a^2-b^2"), ("\\boxed{2\\frac{1}{2}}", "2.5"),  # still right after the review's fixes
     ("\\boxed{1,000 \\text{ apples}}", "1000"), ("\\boxed{12,500 people}", "12500"),  # the review's false negative
+    # the twenty-fifth session's review: a unit after \, (read as nothing, so '18eggs'), a bare unit with a power,
+    # \boldsymbol; \, between digits still groups them
+    ("\\boxed{18\\,\\text{eggs}}", "18"), ("\\boxed{72\\,\\mathrm{m}}", "72"), ("\\boxed{1,\\!200\\,\\text{apples}}", "1200"),
+    ("\\boxed{72 \\text{ m}^2}", "72"), ("\\boxed{72\\text{ m}^{3}}", "72"), ("\\boxed{\\boldsymbol{72}}", "72"),
+    ("\\boxed{1\\,000\\,000}", "1000000"),
 ]
 
 

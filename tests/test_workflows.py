@@ -88,6 +88,13 @@ def test_parse_choice():
     assert parse_choice("Pick 0000000002", 3) == (2, "digit") and parse_choice("\\boxed{0000000003}", 3) == (3, "boxed")
     assert parse_choice("\u0660" * 10 + "\u0662", 3) == (2, "digit")  # Arabic-Indic 0000000000 2, as int() reads it
     assert parse_choice("\\boxed{5}", 5) == (5, "boxed")
+    # the twenty-fifth session's review: boxed picks in LaTeX wrappers, brackets or with a full stop were read as the
+    # first number of the text (here solution 1, the one the reply rejects)
+    for boxed in ("\\textbf{2}", "\\mathbf{ 2 }", "\\text{Solution } 2", "(2)", "2.", "\\text{Solution 2.}", "\\boldsymbol{2}"):
+        assert parse_choice(f"Solution 1 makes an error.\n\\boxed{{{boxed}}}", 3) == (2, "boxed"), boxed
+    assert parse_choice("Solution 1 is right: \\boxed{\\frac{2}{3}}", 3)[1] == "digit"  # a value, not a pick
+    assert parse_choice("Solution 3 is right: \\boxed{2 apples}", 3) == (3, "digit")
+    assert parse_choice("\\boxed{" + " " * 100_000 + "2" + " " * 100_000 + "}", 3) == (2, "boxed")  # linear in spaces
 
 
 def test_parse_strategies():
