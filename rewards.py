@@ -458,9 +458,9 @@ def _equal(p: str, g: str) -> bool:
 
 
 def _drop_words(s: str, other: str) -> str:
-    """'12 apples', '9 (apples)' or '72 m^2' -> '12' / '9' / '72' when the other side is a plain number: a noun after the number
-    is not part of the answer. Only then, so '5 x' still differs from gold '5x'; and not after a hedge ('5 or 6') or a
-    multiplier ('5 thousand', '12 squared', '2 k'), which change what the number says."""
+    """'12 apples', '9 (apples)' or '72 m^2' -> '12' / '9' / '72' when the other side is a plain number: a noun
+    (a unit) after the number is not part of the answer. Only then, so '5 x' still differs from gold '5x'; and not
+    after a hedge ('5 or 6') or a multiplier ('5 thousand', '12 squared', '2 k'), which change what the number says."""
     m = re.fullmatch(r"([-+]?\d[\d.,/]*)\s+(?:[a-zA-Z][a-zA-Z .'-]*(?:\^\{?\d\}?)?|\([a-zA-Z][a-zA-Z .'-]+\))", s)
     hedge = m and re.search(r"\b(or|and|to|than|more|less|least|most|about|around|approx\w*|between|plus|minus|not"
                             r"|hundreds?|thousands?|millions?|billions?|trillions?|dozens?|squared|cubed|twice|thrice"

@@ -98,16 +98,18 @@ MONITORED_ROLES = ANSWER_ROLES + ("synthesizer",)  # turns that are answers: + t
 
 # ----------------------------------------------------------------------------- parsers (pure)
 
-_VERDICT = re.compile(r"\\boxed\{\s*(?:\\text(?:bf)?\{\s*)?(correct|incorrect)\s*\}?\s*\}", re.I)
+# \boxed{Correct}, {\text{Correct}}, {\textit{Incorrect}}, {Correct.}, {\text{Incorrect}.}: linear in spaces
+_VERDICT = re.compile(r"\\boxed\{\s*(?:\\(?:text|textbf|textit|mathrm|mathbf|boldsymbol)\{\s*)?(correct|incorrect)"
+                      r"[\s.!]*(?:\}[\s.!]*)?\}", re.I)
 # \boxed{2}, {\text{Solution 2}}, {\text{Solution } 2}, {\textbf{2}}, {(2)}, {2.}: read on whitespace-collapsed text
-_BOXED_INT = re.compile(r"\\boxed\{ ?(?:\\(?:text|textbf|mathbf|mathrm|boldsymbol) ?\{ ?)?\(? ?(?:solution ?)?(?:\} ?)?\(?(\d+)\)?"
-                        r"\.? ?\}? ?\}", re.I)
+_BOXED_INT = re.compile(r"\\boxed\{ ?(?:\\(?:text|textbf|mathbf|mathrm|boldsymbol) ?\{ ?)?\(? ?(?:solution ?)?(?:\} ?)?"
+                        r"\(?(\d+)\)?\.? ?\}? ?\}", re.I)
 _STRATEGY = re.compile(r"^[ \t*#>_-]*strategy[ \t]*\d+[ \t*]*[:.)-][ \t*]*(\S.*?)[ \t*]*$", re.I | re.M)
 _LIST_ITEM = re.compile(r"^[ \t]*(?:\(?\d+[.)]|[-*\u2022])[ \t]+(\S.*?)[ \t]*$", re.M)
 
 
 def parse_verdict(text):
-    """'Correct' / 'Incorrect' from the last \\boxed{Correct|Incorrect} (any case, \\text{} allowed);
+    """'Correct' / 'Incorrect' from the last \\boxed{Correct|Incorrect} (any case; \\text{} and the like, a full stop);
     None when there is none (unparseable: the workflow treats it as not approved)."""
     return found[-1].capitalize() if (found := _VERDICT.findall(text)) else None
 

@@ -71,7 +71,13 @@ def test_parse_verdict():
     assert parse_verdict("\\boxed{Correct} ... on reflection \\boxed{ INCORRECT }") == "Incorrect"  # last wins
     assert parse_verdict("\\boxed{\\text{Correct}}") == "Correct"
     assert parse_verdict("\\boxed{Incorrect} then \\boxed{4}") == "Incorrect"  # only verdict boxes count
-    for bad in ["looks correct to me", "\\boxed{correctly}", "\\boxed{4}", "Correct", ""]:
+    # the twenty-fifth session's review: these were unparseable (so a retry)
+    for text, verdict in [("\\boxed{Correct.}", "Correct"), ("\\boxed{\\textit{Incorrect}}", "Incorrect"),
+                          ("\\boxed{\\mathrm{Correct}}", "Correct"), ("\\boxed{\\text{Incorrect}.}", "Incorrect"),
+                          ("\\boxed{ \\textbf{ correct ! } }", "Correct")]:
+        assert parse_verdict(text) == verdict, text
+    for bad in ["looks correct to me", "\\boxed{correctly}", "\\boxed{4}", "Correct", "", "Correct.",
+                "\\boxed{\\frac{Correct}{2}}", "\\boxed{Correct answer}", "\\boxed{correct" + " " * 100_000]:
         assert parse_verdict(bad) is None
 
 
