@@ -125,7 +125,10 @@ def load_problems(path: str, task: str | None = None, limit: int | None = None) 
     """Problems from a JSONL file (one row per line) or a JSON list; `task` ('math'/'code') checks every row."""
     if not (p := Path(path)).is_file():
         raise FileNotFoundError(f"{path}: no such data file")
-    text = p.read_text(encoding="utf-8")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:  # the line of the first byte that is no UTF-8 (10: a newline's byte)
+        raise ValueError(f"{path}:{p.read_bytes()[:e.start].count(10) + 1}: not UTF-8 text ({e.reason})") from None
     if p.suffix == ".json" or text.lstrip().startswith("["):
         try:
             items = json.loads(text)
@@ -143,7 +146,7 @@ def load_problems(path: str, task: str | None = None, limit: int | None = None) 
             row = {k.lower(): v for k, v in row.items()} if isinstance(row, dict) else row
             fmt, prob = _parse_row(row)
             _need(prob["task"] != "math" or prob["answer"], "empty gold answer")
-        except (ValueError, TypeError, AttributeError) as e:  # JSONDecodeError is a ValueError
+        except (ValueError, TypeError, AttributeError, SyntaxError) as e:  # JSONDecodeError: a ValueError; tests' code
             raise ValueError(f"{path}:{where}: " + (f"invalid JSON ({e.msg})" if isinstance(e, json.JSONDecodeError)
                                                     else str(e))) from None
         if task is not None and prob["task"] != task:  # messages built only when raised: this loop runs per row

@@ -183,6 +183,7 @@ def compare_table(runs):
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.error = lambda message: p.exit(2, f"error: {message}\n")  # one line: argparse's prints the usage first
     # what to evaluate
     which = p.add_mutually_exclusive_group()
     which.add_argument("--run", default=None, help="a training run directory: evaluate base + its checkpoints")
@@ -210,6 +211,8 @@ def parse_args(argv=None):
     for name in ("n", "every", "problems", "max_new_tokens"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1")
+    if args.temperature is not None and not 0 <= args.temperature < math.inf:
+        p.error(f"--temperature must be >= 0 and finite, got {args.temperature}")
     if any(not 1 <= k <= args.n for k in args.ks):
         p.error(f"--pass-k values must be between 1 and --n ({args.n})")
     if args.transfer and not (args.adapters or args.run):

@@ -43,7 +43,7 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 # Where HF causal LMs keep their transformer blocks (tried in order, relative to the model we are given).
@@ -284,10 +284,13 @@ def read_adapter(path: str) -> tuple[dict[str, torch.Tensor], dict]:
     Refuses PEFT options our forward does not compute (rsLoRA's alpha / sqrt(r), per-layer alphas); other ones
     (DoRA, biases, per-layer ranks, embeddings) show up as keys or shapes that do not fit the model on loading."""
     peft = os.path.isdir(path)
-    with safe_open(os.path.join(path, "adapter_model.safetensors") if peft else path, framework="pt") as f:
-        meta = dict(f.metadata() or {})
-        # PEFT's keys to ours (which never start with the prefix nor end in ".weight": a no-op on them)
-        tensors = {k.removeprefix(PEFT_PREFIX).removesuffix(".weight"): f.get_tensor(k) for k in f.keys()}
+    try:
+        with safe_open(os.path.join(path, "adapter_model.safetensors") if peft else path, framework="pt") as f:
+            meta = dict(f.metadata() or {})
+            # PEFT's keys to ours (which never start with the prefix nor end in ".weight": a no-op on them)
+            tensors = {k.removeprefix(PEFT_PREFIX).removesuffix(".weight"): f.get_tensor(k) for k in f.keys()}
+    except SafetensorError as e:  # a file cut off or not safetensors at all: a ValueError naming it
+        raise ValueError(f"{path}: not a readable safetensors file ({e})") from None
     if peft:
         c = json.loads(Path(path, "adapter_config.json").read_text())
         if c.get("peft_type") != "LORA" or c.get("use_rslora") or c.get("alpha_pattern"):

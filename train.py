@@ -409,7 +409,10 @@ def load(args):
         sys.exit(f"error: --problems {args.problems} would leave ranks without problems; use at least {world()[1]}")
     default_out = os.path.join("runs", f"{args.workflow}-{args.policy}-{args.task}-{time.strftime('%Y%m%d-%H%M%S')}")
     args.out = gather(args.out or default_out)[0]  # rank 0's: the ranks' clocks may straddle a second
-    os.makedirs(args.out, exist_ok=True)
+    try:
+        os.makedirs(args.out, exist_ok=True)
+    except OSError as e:  # a file on the way, no permission
+        sys.exit(f"error: --out {args.out}: {e.strerror}")
     if args.policy == "ip" and (args.role_weights or args.loss_agg == "role-balanced") and world()[0] == 0:
         print("note: under IP each optimizer step holds one role's rows, so --role-weights and "
               "role-balanced do not change the update (they matter under SP)", flush=True)
@@ -650,8 +653,8 @@ def parse_args(argv=None):
              "top_p": (lambda v: 0 < v <= 1, "in (0, 1]"), "dual_clip": (lambda v: v == 0 or v > 1, "0 (off) or > 1"),
              "device": (lambda v: not v.startswith("cuda") or torch.cuda.is_available(), "cpu (this torch sees no GPU)")}
     for name, (ok, what) in rules.items():
-        if getattr(args, name) is not None and not ok(getattr(args, name)):
-            p.error(f"{flag(name)} must be {what}, got {getattr(args, name)}")
+        if (v := getattr(args, name)) is not None and not (ok(v) and (not isinstance(v, float) or math.isfinite(v))):
+            p.error(f"{flag(name)} must be {what}, got {v}")
     # derived settings: rebuilt on --resume rather than read back from config.json
     args.kl_coefs = parse_role_values(p, "--kl", args.kl, args.workflow, ">= 0")
     args.role_weight_map = parse_role_values(p, "--role-weights", args.role_weights, args.workflow, "> 0") \
@@ -713,7 +716,7 @@ def parse_role_values(p, flag, text, workflow, sign):
         p.error(f"{flag} expects a number or role=number pairs separated by commas, got {text!r}")
     if unknown := sorted(set(values) - {None} - set(roles := WORKFLOWS[workflow].roles)):
         p.error(f"{flag}: no role {', '.join(unknown)} in {workflow} (its roles: {', '.join(roles)})")
-    if bad := [v for v in values.values() if not (v > 0 if sign == "> 0" else v >= 0)]:
+    if bad := [v for v in values.values() if not (v > 0 if sign == "> 0" else v >= 0) or not math.isfinite(v)]:
         p.error(f"{flag} values must be {sign}, got {bad[0]}")
     return values
 

@@ -72,12 +72,20 @@ def test_json_list_and_limit(tmp_path):
     ('{"task": "code", "prompt": "P"}', "test_code or io_tests"),
     ('[1, 2]', "JSON object"),
     ('{"question": "Q?", "answer": null}', "gold answer must be"),
+    ('{"text": "T", "test_list": ["assert f(1 == 2"]}', "never closed"),  # a test that does not parse: no traceback
 ])
 def test_malformed_row_names_file_and_line(tmp_path, line, fragment):
     path = write_jsonl(tmp_path / "bad.jsonl", [ROWS["dapo"][0], ROWS["dapo"][0], line])
     with pytest.raises(ValueError) as e:
         data.load_problems(path)
     assert f"{path}:3:" in str(e.value) and fragment in str(e.value)
+
+
+def test_a_file_that_is_not_utf8_names_its_line(tmp_path):
+    path = tmp_path / "latin1.jsonl"
+    path.write_bytes(b'{"question": "1+1?", "answer": "#### 2"}\n{"question": "caf\xe9?", "answer": "#### 2"}\n')
+    with pytest.raises(ValueError, match=f"^{path}:2: not UTF-8 text"):
+        data.load_problems(str(path))
 
 
 def test_empty_file_is_an_error(tmp_path):

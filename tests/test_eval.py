@@ -261,6 +261,10 @@ def test_clear_errors(run_dir, tmp_path):
     save_file(tensors, str(bad / "shared.safetensors"), metadata=meta)
     fails(["--model", "tiny", "--problems", "1", "--n", "1", "--adapters", str(bad)], "does not fit this model")
     fails(["--run", run_dir, "--workflow", "voting"], "needs --transfer")
+    cut = tmp_path / "cut"  # an adapter file cut off (a copy interrupted): one line, not safetensors' traceback
+    cut.mkdir()
+    (cut / "shared.safetensors").write_bytes(open(src, "rb").read()[:500])
+    fails(["--model", "tiny", "--problems", "1", "--n", "1", "--adapters", str(cut)], "not a readable safetensors file")
 
 
 def test_ctrl_c_is_one_line_and_exit_130(run_dir, tmp_path, monkeypatch, capsys):
@@ -314,11 +318,15 @@ def test_rerun_after_a_cut_off_line_loses_no_record(run_dir, tmp_path, capsys, c
 
 
 @pytest.mark.parametrize("argv,message", [(["--max-new-tokens", "0"], "--max-new-tokens must be at least 1"),
-                                          (["--run", "a", "--compare", "b"], "not allowed with argument --run")])
+                                          (["--run", "a", "--compare", "b"], "not allowed with argument --run"),
+                                          (["--temperature", "-1"], "--temperature must be >= 0 and finite, got -1.0"),
+                                          (["--temperature", "inf"], "--temperature must be >= 0 and finite"),
+                                          (["--n", "0"], "--n must be at least 1")])
 def test_bad_flags(argv, message, capsys):
     with pytest.raises(SystemExit) as e:
         ev.parse_args(argv)
-    assert e.value.code == 2 and message in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and message in err and err.count("\n") == 1, err  # one line, no usage block
 
 
 def test_error_is_one_line_without_traceback(tmp_path):

@@ -503,6 +503,10 @@ def snapshot(path):
     (["--coherence", "generator=-0.5"], "--coherence values must be >= 0"),
     (["--coherence", "judge=0.5"], "--coherence: no role judge in evalopt"),
     (["--coherence-window", "0"], "--coherence-window must be at least 1"),
+    # infinities passed the range checks and crashed the sampler or trained nonsense (twenty-fifth session's review)
+    (["--lr", "inf"], "--lr must be > 0, got inf"), (["--temperature", "inf"], "--temperature must be > 0, got inf"),
+    (["--clip-high", "inf"], "--clip-high must be at least 0, got inf"), (["--dual-clip", "inf"], "--dual-clip must be"),
+    (["--kl", "inf"], "--kl values must be >= 0, got inf"), (["--role-weights", "generator=inf"], "--role-weights values"),
     (["--workflow", "chain"], "argument --workflow: invalid choice: 'chain'"),
     (["--steps", "ten"], "argument --steps: invalid int value: 'ten'"),
 ])
@@ -546,6 +550,9 @@ def test_bad_files_and_run_dirs(tmp_path, capsys):
         train.main([*SMALL, "--data", str(bad), "--out", str(tmp_path / "b")])
     with pytest.raises(SystemExit, match="no such model"):
         train.main(["--model", "./no-model-here", "--out", str(tmp_path / "c")])
+    (tmp_path / "a-file").write_text("")  # --out under a file: one line, not a traceback from makedirs
+    with pytest.raises(SystemExit, match=f"error: --out {tmp_path / 'a-file' / 'run'}: Not a directory"):
+        train.main([*SMALL, "--out", str(tmp_path / "a-file" / "run")])
     refused(["--out", str(tmp_path / "empty"), "--resume"], capsys, "--resume: no run in")
     refused(["--resume"], capsys, "--resume needs --out DIR")
     out = str(tmp_path / "run")
