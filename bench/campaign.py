@@ -749,10 +749,15 @@ def main(argv=None):
         print("grid:", " ".join(GRID), f"--save-every {args.eval_every}")
         print("\n".join(f"{name:<26}{' '.join(flags)}" for name, flags in CONFIGS.items()))
         return
-    if args.table:
-        return print(table(args.results))
-    if args.plot:
-        return plot(args.results, os.path.dirname(os.path.abspath(args.results)))
+    if (args.table or args.plot or args.compare) and not os.path.isfile(args.results):
+        sys.exit(f"error: --results {args.results}: no such file")
+    try:  # a line that is not JSON, a figure's path that cannot be written: one line, not a traceback
+        if args.table:
+            return print(table(args.results))
+        if args.plot:
+            return plot(args.results, os.path.dirname(os.path.abspath(args.results)))
+    except (OSError, ValueError) as e:
+        sys.exit(f"error: {args.results}: {e}")
     if not args.model_name and args.model not in ("/root/mdl/hf", "tiny"):  # records and folders name the model
         sys.exit(f"error: --model {args.model}: give its name too, e.g. --model-name Qwen2.5-Coder-1.5B-Instruct")
     args.model_name = args.model_name or (DEFAULT_MODEL if args.model == "/root/mdl/hf" else args.model)

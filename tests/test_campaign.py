@@ -102,6 +102,19 @@ def test_record_keeps_the_coherence_scale_per_step(run_dir):
     assert r["train_curve"]["coherence_scale"] == {"generator": [0.9877, 0.5, None]}  # step 2's later line wins
 
 
+def test_results_file_errors_are_one_line(tmp_path):
+    """--table / --plot / --compare on a results file that is missing, holds a line that is not JSON, or whose figure
+    cannot be written: one line naming the file (a new user's review found empty output, exit 0, and tracebacks)."""
+    missing = str(tmp_path / "nope.jsonl")
+    for flags in (["--table"], ["--plot"], ["--compare", "single-s0", "voting-ip-s0"]):
+        with pytest.raises(SystemExit, match=f"error: --results {missing}: no such file"):
+            campaign.main([*flags, "--results", missing])
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"name": "single-s0"}\nnot json\n{}\n')
+    with pytest.raises(SystemExit, match=f"error: {bad}: Expecting value"):
+        campaign.main(["--table", "--results", str(bad)])
+
+
 def test_names_and_skipping(tmp_path, capsys):
     assert campaign.parse_name("voting-ip-merged-s12") == ("voting-ip-merged", 12)
     for bad in ("voting-s0", "single", "single-sx"):
