@@ -430,7 +430,8 @@ def record_start(args, start, device, adapters, n_problems):
     if world()[0] == 0:
         if start == 0 and os.path.exists(os.path.join(args.out, "config.json")):  # metrics, samples: "w" at step 0
             print(f"note: {args.out} stopped before its first checkpoint: starting it over from step 0", flush=True)
-        Path(args.out, "config.json").write_text(json.dumps(config, indent=1))
+        Path(tmp := os.path.join(args.out, "config.json.tmp")).write_text(json.dumps(config, indent=1))
+        os.replace(tmp, os.path.join(args.out, "config.json"))  # a kill mid-write leaves the old one whole
         print(f"run {args.out}: {args.workflow} / {args.policy.upper()} / {args.task} on {args.model_used} ({device}"
               f"{f' x {world()[1]} ranks' if world()[1] > 1 else ''}), {n_problems} training problems, "
               f"adapters {adapters}", flush=True)
@@ -542,7 +543,8 @@ def load_checkpoint(args, model, adapters, optimizers, gen):
             if rank == 0 and os.path.exists(path := os.path.join(args.out, name)):
                 append_jsonl(path)  # with a warning naming the file
                 kept = [e for e in re.split(entry_start, Path(path).read_text()) if e.strip() and step_of(e) <= state["step"]]
-                Path(path).write_text("".join(kept))
+                Path(path + ".tmp").write_text("".join(kept))
+                os.replace(path + ".tmp", path)  # a kill mid-write (a resume's first second) leaves the old one whole
     except Exception as e:  # a truncated or foreign file (safetensors, pickle, shapes, keys)
         print(f"error: --resume: cannot restore {folder} ({type(e).__name__}: {' '.join(str(e).split()).split('. ')[0]})",
               file=sys.stderr)

@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
@@ -241,6 +242,27 @@ def test_resume_drops_a_metrics_line_cut_off_by_a_kill(tmp_path, capsys, cut):
     assert [m["step"] for m in read_metrics(out)] == [1, 2]  # every line parses, none is lost
     warnings = [line for line in capsys.readouterr().err.splitlines() if "warning" in line]
     assert warnings == [f"warning: {path}: dropped a cut-off last line ({len(cut)} bytes)"]
+
+
+@pytest.mark.parametrize("victim", ["config.json", "metrics.jsonl", "samples.txt"])
+def test_a_kill_while_resume_rewrites_its_files_loses_nothing(tmp_path, monkeypatch, victim):
+    """A resume rewrites config.json, metrics.jsonl and samples.txt: each through a temporary file and a rename, so a
+    kill mid-write (here: half the text written, then the process stops) leaves the old file whole (a new user's
+    review: they were rewritten in place, and a kill in that window emptied them)."""
+    out = str(tmp_path / "run")
+    train.main(["--workflow", "single", "--steps", "2", "--save-every", "1", "--sample-every", "1", "--out", out, *SMALL])
+    before = {f: Path(out, f).read_text() for f in ("config.json", "metrics.jsonl", "samples.txt")}
+    write = Path.write_text
+
+    def killed_mid_write(self, text, *a, **k):
+        if self.name.startswith(victim):  # the file itself, or its temporary twin
+            write(self, text[:len(text) // 2], *a, **k)
+            raise KeyboardInterrupt  # not an Exception: nothing on the way catches it
+        return write(self, text, *a, **k)
+    monkeypatch.setattr(Path, "write_text", killed_mid_write)
+    with pytest.raises(KeyboardInterrupt):
+        train.main(["--out", out, "--resume", "--steps", "3"])
+    assert {f: Path(out, f).read_text() for f in before} == before
 
 
 def test_per_token_metrics_are_none_when_the_update_ran_no_row(tmp_path):
