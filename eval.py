@@ -127,10 +127,10 @@ def format_result(r):
              f"most common final answer ({fmt(d.get('answer_top_share'), '.2f')} of those with one): "
              f"{' '.join(str(d.get('answer_top') or '-').split())}",
              f"{'role':<13}{'calls':>7}{'mean len':>10}{'trunc':>8}{'answered':>10}{'right':>8}{'degenerate':>12}"]
-    for role, s in d["roles"].items():  # degenerate: share of the role's rewarded answers (older records: -)
-        lines.append(f"{role:<13}{s['calls']:>7}{fmt(s['mean_length'], '.1f'):>10}{fmt(s['truncation_rate'], '.2f'):>8}"
-                     f"{fmt(s.get('answered'), '.2f'):>10}{fmt(s['correct'], '.2f'):>8}"
-                     f"{fmt(s.get('degenerate_rewarded'), '.2f'):>12}")
+    # a row per role; degenerate: share of the role's rewarded answers (older records: -)
+    lines += [f"{role:<13}{s['calls']:>7}{fmt(s['mean_length'], '.1f'):>10}{fmt(s['truncation_rate'], '.2f'):>8}"
+              f"{fmt(s.get('answered'), '.2f'):>10}{fmt(s['correct'], '.2f'):>8}"
+              f"{fmt(s.get('degenerate_rewarded'), '.2f'):>12}" for role, s in d["roles"].items()]
     for part, section in d.items():  # the workflow's own sections (WORKFLOWS[workflow].stats)
         if isinstance(section, dict) and part != "roles":
             text = ", ".join(f"{k} {fmt(v) if v is None or isinstance(v, float) else v}" for k, v in section.items())
@@ -150,11 +150,12 @@ def run_table(run, records):
              f"x {r0['n']} samples, T={s['temperature']}, seed {s['seed']}",
              f"{'step':>6}  {'pass@1 ± se':<15}{'greedy':>7}" + "".join(f"{'pass@' + k:>8}" for k in r0["pass@k"])
              + f"{'top ans':>8}  diagnostics"]  # pass@k: the same ks on every row (one settings)
-    for r in records:  # top ans: the share of final answers that equal the most common one
-        lines.append(f"{r['step']:>6}  {r['pass@1']:.3f} ± {r['pass@1_se']:.3f}  {fmt(r['greedy']):>7}"
-                     + "".join(f"{v:>8.3f}" for v in r["pass@k"].values()) +
-                     f"{fmt(r['diagnostics'].get('answer_top_share'), '.2f'):>8}  "
-                     f"{WORKFLOWS[r['workflow']].headline(r['diagnostics'])}".rstrip())  # the workflow's key facts
+    # a row per record, ending with the workflow's key facts; top ans: the share of final answers that equal the
+    # most common one
+    lines += [f"{r['step']:>6}  {r['pass@1']:.3f} ± {r['pass@1_se']:.3f}  {fmt(r['greedy']):>7}"
+              + "".join(f"{v:>8.3f}" for v in r["pass@k"].values()) +
+              f"{fmt(r['diagnostics'].get('answer_top_share'), '.2f'):>8}  "
+              f"{WORKFLOWS[r['workflow']].headline(r['diagnostics'])}".rstrip() for r in records]
     base, peak, final = summary(records)
     lines.append(f"base {base['pass@1']:.3f} | peak {peak['pass@1']:.3f} at step {peak['step']} | final "
                  f"{final['pass@1']:.3f} at step {final['step']} | final - base {final['pass@1'] - base['pass@1']:+.3f}")
