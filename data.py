@@ -112,8 +112,7 @@ def _parse_row(row: dict) -> tuple[str, dict]:
         return "MATH", {"task": "math", "prompt": _text(row, "problem"), "answer": _math_answer(answer)}
     if "prompt" in keys and ("solution" in keys or "reward_model" in keys):
         gold = row["solution"] if "solution" in keys else (row["reward_model"] or {}).get("ground_truth")
-        prompt = row["prompt"]
-        if isinstance(prompt, list):  # chat messages: the last user turn is the problem
+        if isinstance(prompt := row["prompt"], list):  # chat messages: the last user turn is the problem
             prompt = ([m.get("content", "") for m in prompt if isinstance(m, dict) and m.get("role") == "user"] or [""])[-1]
         _need(isinstance(prompt, str) and prompt.strip(), "field 'prompt' must be a non-empty string or chat messages with a user turn")
         return "DAPO", {"task": "math", "prompt": prompt, "answer": _math_answer(gold if gold is not None else "")}

@@ -242,8 +242,7 @@ def draw_fused(logits, temperature, seed):
     (the same distribution; greedy gives the same tokens: tests/test_sampler.py)."""
     logits = logits if logits.stride(-1) == 1 else logits.contiguous()
     rows, V = logits.shape
-    tokens = torch.empty(rows, dtype=torch.long, device=logits.device)
-    logprobs = torch.empty(rows, dtype=torch.float32, device=logits.device)
+    tokens, logprobs = (torch.empty(rows, dtype=dtype, device=logits.device) for dtype in (torch.long, torch.float32))
     _draw_kernel[(rows,)](logits, logits.stride(0), V, 1.0 / (temperature or 1.0), seed, tokens, logprobs,
                           GREEDY=temperature == 0, BLOCK=4096, num_warps=8)
     return tokens, logprobs
@@ -312,8 +311,8 @@ def sample_fast(model, prompts, n=1, max_new_tokens=256, temperature=1.0, stop_i
             "full_attention": mask[:cache.rows, :, :, :cache.length]}).logits[:, -1]
         held = cuda_graph and (_CAPTURE.get(device) or _CAPTURE.setdefault(device, [torch.cuda.Stream(device), None]))
         graph, warmed = None, False
-        fused = triton is not None and device.type == "cuda"
-        if fused:  # one seed per step for draw_fused's noise, all drawn now (one host sync)
+        # fused: one seed per step for draw_fused's noise, all drawn now (one host sync)
+        if fused := triton is not None and device.type == "cuda":
             seeds = torch.randint(2**31 - 1, (max_new_tokens,), generator=generator, device=device).tolist()
         for t in range(max_new_tokens):
             if t < min_new_tokens:
