@@ -271,8 +271,7 @@ def optimizer_step(model, adapter, rows, adv, old_lp, ref_lp, opt, args, stats):
         pick = lambda xs: [xs[i] for i in idx]
         stats[role]["weight_share"].append(shares[role])
         stats[role]["rows_run"].append(len(idx))
-        finite &= role_backward(model, pick(rows), pick(adv), pick(old_lp), pick(ref_lp), pick(weights), kl_coef,
-                                args, stats[role])
+        finite &= role_backward(model, *map(pick, (rows, adv, old_lp, ref_lp, weights)), kl_coef, args, stats[role])
         grads = torch.cat([p.grad.flatten() for p in params])
         role_grads[role], before = grads - before, grads  # this role's part of the gradient
     finite = sum_over_ranks(params, role_grads, finite)  # torchrun: every rank now holds the whole batch's gradient
@@ -476,10 +475,8 @@ def lr_factor(step, args):
     warmup = min(args.warmup, args.steps // 4)
     if step < warmup:
         return (step + 1) / warmup
-    if args.no_cosine:
-        return 1.0
     progress = (step - warmup) / max(1, args.steps - warmup)
-    return 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
+    return 1.0 if args.no_cosine else 0.5 * (1 + math.cos(math.pi * min(1.0, progress)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -830,8 +827,8 @@ def whole_batch(episodes, adv, singletons, stats):
         singletons = sum(p[2] for p in parts)
         for role, s in stats.items():
             s.update({k: sum(p[3][role][k] for p in parts) for k in summed})
-            for k in ("losses", "rows_run"):  # every rank walks each optimizer step
-                s[k] = [sum(x) for x in zip(*[p[3][role][k] for p in parts])]
+            # lists of one entry per optimizer step, summed entry by entry: every rank walks each optimizer step
+            s.update({k: [sum(x) for x in zip(*[p[3][role][k] for p in parts])] for k in ("losses", "rows_run")})
     return episodes, [t for ep in episodes for t in ep.turns], adv, singletons
 
 
