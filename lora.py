@@ -60,8 +60,7 @@ class LoRALinear(nn.Module):
             raise TypeError(f"LoRA needs a floating-point base layer, got weight dtype {base.weight.dtype} "
                             "(quantized bases are not supported)")
         self.base = base
-        self.lora_A = nn.ParameterDict()      # name -> (r, in_features), fp32
-        self.lora_B = nn.ParameterDict()      # name -> (out_features, r), fp32
+        self.lora_A, self.lora_B = nn.ParameterDict(), nn.ParameterDict()  # name -> A (r, in), B (out, r); fp32
         self.lora_dropout = nn.ModuleDict()   # name -> Dropout or Identity
         self.adapters = {}                    # name -> {"rank": int, "alpha": float, "dropout": float}
         self.active = None                    # adapter used by forward; None = base layer only
