@@ -181,8 +181,7 @@ def gqa_attention(module, query, key, value, attention_mask, scaling=None, dropo
     per row: 1.0-4.2x slower than these matmuls at 8-768 rows x 256-2,048 slots (one shape once 0.99x), and whole
     rollout calls 1.01-1.06x slower (16 x 8 GSM8K prompts; 128 long prompts x 384 tokens) (docs/benchmarks.md;
     bench/sdpa.py keeps SDPA as a contender). Returns (B, q, H, D) as HF's attention functions do."""
-    B, H, q, D = query.shape
-    Hkv, L = key.shape[1], key.shape[2]
+    (B, H, q, D), (_, Hkv, L, _) = query.shape, key.shape
     g = H // Hkv
     mask = attention_mask[:, :, None].expand(B, 1, g, q, L).reshape(B, 1, g * q, L)
     qs, ks = query.reshape(B * Hkv, g * q, D), key.reshape(B * Hkv, L, D).transpose(1, 2)
