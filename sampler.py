@@ -241,7 +241,8 @@ def draw_fused(logits, temperature, seed):
     (the same distribution; greedy gives the same tokens: tests/test_sampler.py)."""
     logits = logits if logits.stride(-1) == 1 else logits.contiguous()
     rows, V = logits.shape
-    tokens, logprobs = (torch.empty(rows, dtype=dtype, device=logits.device) for dtype in (torch.long, torch.float32))
+    tokens = torch.empty(rows, dtype=torch.long, device=logits.device)
+    logprobs = torch.empty(rows, dtype=torch.float32, device=logits.device)
     _draw_kernel[(rows,)](logits, logits.stride(0), V, 1.0 / (temperature or 1.0), seed, tokens, logprobs,
                           GREEDY=temperature == 0, BLOCK=4096, num_warps=8)
     return tokens, logprobs
