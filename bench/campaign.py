@@ -236,6 +236,11 @@ def build_record(run_dir, name, model_name, eval_data, eval_problems, eval_n, ex
               f"settings (missing_steps in its record: its curve lacks them)", flush=True)
     times = [m["time"]["total"] for m in metrics]
     first = evals[0]["settings"]
+
+    def per_role(key):  # {role: its `key` at each step, None where it has none (no row ran, no optimizer step)}
+        return {role: [None if (v := m["roles"].get(role, {}).get(key)) is None else round(v, 4) for m in metrics]
+                for role in (metrics[-1]["roles"] if metrics else ())}
+    scales = {role: c for role, c in per_role("coherence_scale").items() if any(x is not None for x in c)}  # I6 only
     return {"name": name, "config": name.rpartition("-s")[0], "seed": config["seed"], "model": model_name,
             **{k: v for k, v in config.items() if k not in SKIP}, "steps": steps,
             "train_data": data_name(config["data"]), "eval_data": data_name(eval_data),
@@ -251,15 +256,8 @@ def build_record(run_dir, name, model_name, eval_data, eval_problems, eval_n, ex
             "step_time_s": statistics.mean(times) if times else None,
             "step_time_median_s": statistics.median(times) if times else None,
             "train_curve": {"reward_mean": [round(m["reward_mean"], 4) for m in metrics],
-                            # None where no row of the role ran (every advantage 0): unknown, not 0
-                            "entropy": {role: [None if (e := m["roles"].get(role, {}).get("entropy")) is None else
-                                               round(e, 4) for m in metrics] for role in metrics[-1]["roles"]}
-                            if metrics else {},
-                            # I6 (--coherence): each step's gradient scale per role, None where the role had no step
-                            **({"coherence_scale": scales} if (scales := {role: [
-                                None if (c := m["roles"].get(role, {}).get("coherence_scale")) is None else round(c, 4)
-                                for m in metrics] for role in metrics[-1]["roles"] if any(
-                                "coherence_scale" in m["roles"].get(role, {}) for m in metrics)}) else {})},
+                            # entropy None where no row of the role ran (every advantage 0): unknown, not 0
+                            "entropy": per_role("entropy"), **({"coherence_scale": scales} if scales else {})},
             **({"transfers": t} if (t := transfers(run_dir, curve[-1]["step"])) else {}),
             "git_commit": git_commit(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             **(extra or {})}
