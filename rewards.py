@@ -237,8 +237,7 @@ def last_boxed(text: str) -> str | None:
         with contextlib.suppress(ValueError):  # unclosed: None
             return _arg(text, j)[0]
         return None
-    m = re.match(r"\s+([^\s$]+)", text[j:])  # `\boxed 5`: one token
-    return m.group(1) if m else None
+    return m.group(1) if (m := re.match(r"\s+([^\s$]+)", text[j:])) else None  # `\boxed 5`: one token
 
 
 def gold_answer(answer: str) -> str:
@@ -458,13 +457,17 @@ def _equal(p: str, g: str) -> bool:
 
 
 def _drop_words(s: str, other: str) -> str:
-    """'12 apples', '9 (apples)' or '72 m^2' -> '12' / '9' / '72' when the other side is a plain number: a noun
-    (a unit) after the number is not part of the answer. Only then, so '5 x' still differs from gold '5x'; and not
-    after a hedge ('5 or 6') or a multiplier ('5 thousand', '12 squared', '2 k'), which change what the number says."""
-    m = re.fullmatch(r"([-+]?\d[\d.,/]*)\s+(?:[a-zA-Z][a-zA-Z .'-]*(?:\^\{?\d\}?)?|\([a-zA-Z][a-zA-Z .'-]+\))", s)
+    """'12 apples', '9 (apples)', '72 m^2', '72 km/h' or '72/hour' -> '12' / '9' / '72' when the other side is a plain
+    number: a noun (a unit) after the number, or a word after a slash that follows it, is not part of the answer. Only
+    then, so '5 x' still differs from gold '5x'; and not after a hedge ('5 or 6'), a multiplier ('5 thousand', '12
+    squared', '2 k') or a constant or function ('5 pi', '5/oo', '5/sqrt'), which change what the number says. Letters
+    only: '72/8' and '72/8 hr' keep their digits (9, or no match); after the number's slash a word, not one letter,
+    so gold '2/x' is no '2' (and the number never ends in that slash: '72/ hr' is 72, not '72/')."""
+    m = re.fullmatch(r"([-+]?\d[\d.,/]*(?<!/))(?:\s+|\s*/\s*(?=[a-zA-Z]{2}))"
+                     r"(?:[a-zA-Z][a-zA-Z .'/-]*(?:\^\{?\d\}?)?|\([a-zA-Z][a-zA-Z .'-]+\))", s)
     hedge = m and re.search(r"\b(or|and|to|than|more|less|least|most|about|around|approx\w*|between|plus|minus|not"
                             r"|hundreds?|thousands?|millions?|billions?|trillions?|dozens?|squared|cubed|twice|thrice"
-                            r"|half|double|triple|k)\b", s)
+                            r"|half|double|triple|k|pi|oo|inf|infty|infinity|nan|sqrt|sin|cos|tan|log|ln|exp)\b", s)
     return m.group(1) if m and not hedge and re.fullmatch(r"[-+]?\d[\d.,/]*", other) else s
 
 

@@ -483,6 +483,13 @@ MUTANTS = [
      ids("test_rewards.py", "test_math_issue_false_positives")),
     ("infinity-arithmetic-equals-finite", "rewards.py", "_equal", ' or ("oo" in tp) != ("oo" in tg)', "",
      ids("test_rewards.py", "test_math_issue_false_positives")),
+    # units after a slash (the units branch): a word only, never digits or one letter (a variable); no constants
+    ("slash-unit-one-letter", "rewards.py", "_drop_words", "(?=[a-zA-Z]{2})", "",
+     ids("test_rewards.py", "test_math_issue_false_positives")),
+    ("unit-may-hold-digits", "rewards.py", "_drop_words", "r\"(?:[a-zA-Z][a-zA-Z .'/-]*", "r\"(?:\\w[\\w .'/-]*",
+     ids("test_rewards.py", "test_math_issue_false_positives")),
+    ("constants-dropped-like-units", "rewards.py", "_drop_words", "|pi|oo|inf|infty|infinity|nan|sqrt|sin|cos|tan|log|ln|exp)",
+     ")", ids("test_rewards.py", "test_math_issue_false_positives")),
     ("campaign-extends-to-as-many-steps", "bench/campaign.py", "main", 'steps <= old.get("steps", steps)',
      'steps < old.get("steps", steps)', ids("test_campaign.py", "test_more_steps_extend_a_recorded_run")),
     ("campaign-extends-without-its-checkpoint", "bench/campaign.py", "main", 'old["steps"] in checkpoint_steps(d) and',

@@ -130,6 +130,12 @@ GAMED = [  # (completion, gold): none of these is equal to its gold
     ("\\boxed{2 k}", "2"), ("\\boxed{3 hundred apples}", "3"), ("\\boxed{4 and a half}", "4"),
     # the twenty-fifth session's review read \, as a space unless between digits: no multiplier comes through it
     ("\\boxed{5\\,\\text{thousand}}", "5"), ("\\boxed{1\\,000}", "1"), ("\\boxed{12\\,\\text{squared}}", "12"),
+    # the units branch: after a slash only a word is a unit (digits stay a division, one letter a variable), and a
+    # constant or function after the number was dropped like a unit ('72 pi' scored 72)
+    ("\\boxed{72/8}", "72"), ("\\boxed{72/\\text{8}}", "72"), ("\\boxed{72 \\text{ 8/8}}", "72"), ("\\boxed{72/8/\\text{hr}}", "72"),
+    ("\\boxed{576/8 \\text{ km/h}}", "576"), ("\\boxed{72/x}", "72"), ("\\boxed{2}", "2/x"), ("\\boxed{72/\\text{hr or more}}", "72"),
+    ("\\boxed{72 pi}", "72"), ("\\boxed{72/pi}", "72"), ("\\boxed{72/\\pi}", "72"), ("\\boxed{72/oo}", "72"),
+    ("\\boxed{72 \\text{ infinity}}", "72"), ("\\boxed{72/\\text{sqrt}}", "72"), ("\\boxed{2}", "2 pi"),
 ]
 FIXED = [  # (completion, gold): equal, and scored 0 before
     ("\\boxed{4210_5}", "4210_{5}"), ("\\boxed{\u22125}", "-5"), ("\\boxed{9}", "9 (apples)"), ("\\boxed{9 (apples)}", "9"),
@@ -144,6 +150,11 @@ FIXED = [  # (completion, gold): equal, and scored 0 before
     ("\\boxed{18\\,\\text{eggs}}", "18"), ("\\boxed{72\\,\\mathrm{m}}", "72"), ("\\boxed{1,\\!200\\,\\text{apples}}", "1200"),
     ("\\boxed{72 \\text{ m}^2}", "72"), ("\\boxed{72\\text{ m}^{3}}", "72"), ("\\boxed{\\boldsymbol{72}}", "72"),
     ("\\boxed{1\\,000\\,000}", "1000000"),
+    # the units branch: a unit with a slash ('72 km/h', '\\$72/hr' scored 0 against 72)
+    ("\\boxed{72 \\text{ km/h}}", "72"), ("\\boxed{72\\text{ km/h}}", "72"), ("\\boxed{\\$72/\\text{hour}}", "72"),
+    ("\\boxed{\\$72/hr}", "72"), ("\\boxed{72 \\text{ km}/\\text{h}}", "72"), ("\\boxed{\\$72 / \\text{hour}}", "72"),
+    ("\\boxed{72/ hour}", "72"), ("\\boxed{9.8 \\text{ m/s}^2}", "9.8"), ("\\boxed{144/2 \\text{ km/h}}", "72"),
+    ("\\boxed{1,200/\\text{month}}", "1200"),
 ]
 
 
