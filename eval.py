@@ -297,9 +297,7 @@ def main_single(args):
 def main(argv=None):
     args = parse_args(argv)
     try:  # bad input gets one clear line, not a traceback
-        if args.compare:
-            return print(compare_table(args.compare))
-        return main_run(args) if args.run else main_single(args)
+        return print(compare_table(args.compare)) if args.compare else main_run(args) if args.run else main_single(args)
     except (OSError, ValueError, RuntimeError) as e:
         sys.exit(f"error: {e}")
     except KeyboardInterrupt:  # one line, and the shell's code for Ctrl-C (128 + SIGINT), not a usage error's 2

@@ -111,11 +111,10 @@ def run(args):
     """main after the command line: load, set up or resume, train, save. Under torchrun every rank
     runs this; rank 0 alone prints, writes the run folder and evaluates."""
     problems, eval_set, model, tok, adapters, optimizers = load(args)
-    rank = world()[0]
     gen = seed_streams(torch.Generator(device=next(model.parameters()).device), args.seed)  # the sampler's
     start, consumed = load_checkpoint(args, model, adapters, optimizers, gen) if args.resume else (0, 0)
     if start >= args.steps:
-        if rank == 0:
+        if world()[0] == 0:
             print(f"{args.out} is already finished: step {start} of {args.steps}. Pass a larger --steps to train further.")
         return args.out
     broadcast_adapters(model, adapters)  # torchrun: every rank starts from rank 0's weights
@@ -123,13 +122,13 @@ def run(args):
     bad_in_a_row = 0
     with ctrl_c_finishes_the_step(world()[1] == 1) as stop:
         for step in (bar := tqdm(range(start, args.steps), initial=start, total=args.steps, desc="train",
-                                 dynamic_ncols=True, disable=rank != 0)):
+                                 dynamic_ncols=True, disable=world()[0] != 0)):
             batch = my_share(draw_problems(problems, consumed, args.problems, args.seed))  # the data position is global
             consumed += args.problems
             for g in [g for opt in optimizers.values() for g in opt.param_groups]:
                 g["lr"] = args.lr * lr_factor(step, args)
             metrics, episodes = train_step(model, tok, batch, args, optimizers, gen, step + 1)
-            if rank == 0:
+            if world()[0] == 0:
                 if eval_set and (step + 1) % args.eval_every == 0:
                     metrics["eval_accuracy"] = held_out_accuracy(model, tok, eval_set, args)
                 append_jsonl(os.path.join(args.out, "metrics.jsonl"), metrics, new=step == 0)  # step 0: starts over
@@ -146,7 +145,7 @@ def run(args):
                 print(f"stopped at step {step + 1}; continue with: python train.py --out {args.out} --resume")
                 break
     gather(None)  # a barrier: no rank returns before rank 0 has written the last checkpoint
-    if rank == 0:
+    if world()[0] == 0:
         print(f"done: {args.out} (metrics.jsonl, config.json, {len(checkpoints(args.out))} checkpoint(s))")
     return args.out
 
@@ -368,8 +367,7 @@ def held_out_accuracy(model, tok, problems, args):
     seed: every evaluation draws the same random stream, and training's stream is left untouched,
     so the eval cadence never changes what training samples. eval.py does the full evaluation."""
     gen = torch.Generator(device=next(model.parameters()).device).manual_seed(args.seed + 10_000)
-    episodes = run_workflow(args.workflow, problems, 1, policy_for(model, tok, args, gen), task=args.task,
-                            rounds=args.rounds, n_voters=args.voters)
+    episodes = run_workflow(args.workflow, problems, 1, policy_for(model, tok, args, gen), args.task, args.rounds, args.voters)
     return float(np.mean([ep.correct for ep in episodes]))
 
 
@@ -401,9 +399,8 @@ def load(args):
     # Join the process group only now: once one exists, transformers' save_pretrained writes on rank
     # 0 alone, which would leave the tiny model (built through save_pretrained) unwritten elsewhere.
     init_distributed(device)
-    for name, (real, small) in SIZED.items():
-        if getattr(args, name) is None:
-            setattr(args, name, small if args.model_used == TINY else real)
+    vars(args).update({name: small if args.model_used == TINY else real for name, (real, small) in SIZED.items()
+                       if getattr(args, name) is None})  # the flags left unset (None)
     if args.problems < world()[1]:
         sys.exit(f"error: --problems {args.problems} would leave ranks without problems; use at least {world()[1]}")
     default_out = os.path.join("runs", f"{args.workflow}-{args.policy}-{args.task}-{time.strftime('%Y%m%d-%H%M%S')}")
