@@ -14,8 +14,10 @@ is sampled with the same seed, so checkpoints differ by their weights, not by th
 Adapter maps: base {r: None}, SP {r: "shared"}, IP {r: r}; --transfer all puts a single-agent adapter
 on every role, --transfer solvers only on generators and workers (the base model plays the rest).
 eval.jsonl holds one line per (checkpoint, settings); a rerun skips what is there, so it resumes (also
-after Ctrl-C, which prints one line and exits with 130, the shell's code for it; a last line cut off by a
-kill is dropped, with a warning, and its step evaluated again).
+after Ctrl-C, which prints one line and exits with 130, the shell's code for it, from the imports on; a last
+line cut off by a kill is dropped, with a warning, and its step evaluated again). Bad input, a flag or a
+missing or unreadable --run, --model, --data or --adapters, is one line on stderr and exit code 2.
+--problems N takes the first N problems, all of a smaller file (nothing is pooled; the result says how many).
 Sampling settings (temperature, lengths, rounds, voters) are the run's own under --run, else the defaults.
 Left out: maj@k and other voting baselines, per-sample text dumps (train.py writes samples.txt), vLLM.
 Plots of a run: python bench/plots.py RUN (matplotlib).
@@ -24,11 +26,15 @@ import argparse
 import json
 import math
 import os
+import signal
 import sys
 import textwrap
 import time
 from collections import Counter
 
+INTERRUPTED = "interrupted (with --run, eval.jsonl keeps the steps finished: a rerun goes on)"
+if __name__ == "__main__":  # Ctrl-C while torch and transformers import (seconds): main's one line, not a traceback
+    signal.signal(signal.SIGINT, lambda *_: sys.exit(print(INTERRUPTED, file=sys.stderr) or 130))
 import numpy as np
 import torch
 
@@ -36,7 +42,7 @@ import lora
 from data import append_jsonl, builtin_problems, load_problems, read_jsonl
 from models import TINY, load_default_model
 from rewards import final_answer
-from train import checkpoints
+from train import checkpoints, refuse
 from workflows import ANSWER_ROLES, WORKFLOWS, adapter_map, answer_monitor, fmt, make_policy, mean, run_workflow
 
 EVAL_KEYS = ("n", "temperature", "greedy", "max_new_tokens", "top_p", "max_prompt_tokens", "rounds", "voters",
@@ -184,7 +190,7 @@ def compare_table(runs):
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.error = lambda message: p.exit(2, f"error: {message}\n")  # one line: argparse's prints the usage first
+    p.error = refuse  # one line: argparse's prints the usage first
     # what to evaluate
     which = p.add_mutually_exclusive_group()
     which.add_argument("--run", default=None, help="a training run directory: evaluate base + its checkpoints")
@@ -298,11 +304,10 @@ def main(argv=None):
     args = parse_args(argv)
     try:  # bad input gets one clear line, not a traceback
         return print(compare_table(args.compare)) if args.compare else main_run(args) if args.run else main_single(args)
-    except (OSError, ValueError, RuntimeError) as e:
-        sys.exit(f"error: {e}")
+    except (OSError, ValueError, RuntimeError) as e:  # exit 2, as for a bad flag: a missing --model, --data, --run...
+        refuse(e)
     except KeyboardInterrupt:  # one line, and the shell's code for Ctrl-C (128 + SIGINT), not a usage error's 2
-        print("interrupted (with --run, eval.jsonl keeps the steps finished: a rerun goes on)", file=sys.stderr)
-        sys.exit(130)
+        sys.exit(print(INTERRUPTED, file=sys.stderr) or 130)
 
 
 if __name__ == "__main__":

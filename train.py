@@ -22,11 +22,14 @@ The token weighting of the loss is explicit (--loss-agg, --role-weights) and eac
 it is logged, as is everything in metrics.jsonl, with a reward-hacking monitor (the most common
 final answer's share, degenerate rewarded answers per role: workflows.answer_monitor). Checkpoints
 are written atomically every --save-every steps and at the end; Ctrl-C finishes the current step,
-saves, and exits. --resume continues with the run's own settings (config.json): a flag given with
-another value is an error, except --steps, the save / eval / sample cadences and --token-budget; a
-run stopped before its first checkpoint starts over. config.json also records where each start came
-from ("starts": step, command line, git commit, library versions, GPU). A bad flag is one line on
-stderr and exit code 2, before anything is loaded or written.
+saves, and exits (Ctrl-C while loading: one line, exit code 130, nothing lost). --resume continues
+with the run's own settings (config.json): a flag given with another value is an error, except
+--steps, the save / eval / sample cadences and --token-budget; a run stopped before its first
+checkpoint starts over. config.json also records where each start came from ("starts": step, command
+line, git commit, library versions, GPU). Bad input is one line on stderr and exit code 2, and
+nothing is written: a bad flag (found before anything is loaded), a file or folder it names that is
+missing or unreadable (--model, --data, --init-adapters, a checkpoint), or --problems above the
+data's size (a problem drawn twice in a step would pool its rollouts into one larger GRPO group).
 
 Left out (on purpose): the reference's fixed 512-row mini-batches (a role takes one step per
 training step, or one per parallel instance), several PPO epochs, entropy bonus, and any reference
@@ -72,6 +75,8 @@ from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
+if __name__ == "__main__":  # Ctrl-C until ctrl_c_finishes_the_step (torch importing, the model loading): one line, 130
+    signal.signal(signal.SIGINT, lambda *_: sys.exit(print("interrupted while loading; nothing lost", file=sys.stderr) or 130))
 import numpy as np
 import torch
 import torch.distributed as dist
@@ -377,8 +382,8 @@ def held_out_accuracy(model, tok, problems, args):
 def load(args):
     """The problems (training, held-out), the model, the flags sized by it (SIZED), the run folder, then the
     LoRA adapters ("shared" under SP, one per role type under IP; from --init-adapters if given) and an AdamW
-    for each -> (problems, eval_set, model, tok, adapter names, {name: optimizer}); bad input in one line,
-    not a traceback."""
+    for each -> (problems, eval_set, model, tok, adapter names, {name: optimizer}); bad input in one line and
+    exit code 2 (refuse), not a traceback."""
     device = rank_device(args.device)  # torchrun on GPUs: this rank's own
     try:
         problems = load_problems(args.data, args.task) if args.data else builtin_problems(args.task, "train", seed=args.seed)
@@ -395,20 +400,21 @@ def load(args):
                 one = os.path.isfile(os.path.join(args.init_adapters, "adapter_config.json"))  # DIR is one PEFT folder
                 lora.load_adapter(model, name, args.init_adapters if one else os.path.join(args.init_adapters, name))
     except (OSError, ValueError, RuntimeError) as e:  # also --lora-targets naming no layer, a missing --init-adapters
-        sys.exit(f"error: {e}")
+        refuse(e)
     # Join the process group only now: once one exists, transformers' save_pretrained writes on rank
     # 0 alone, which would leave the tiny model (built through save_pretrained) unwritten elsewhere.
     init_distributed(device)
     vars(args).update({name: small if args.model_used == TINY else real for name, (real, small) in SIZED.items()
                        if getattr(args, name) is None})  # the flags left unset (None)
-    if args.problems < world()[1]:
-        sys.exit(f"error: --problems {args.problems} would leave ranks without problems; use at least {world()[1]}")
+    if not world()[1] <= args.problems <= len(problems):  # more than the data: a problem's repeats would pool in one group
+        refuse(f"--problems {args.problems}: the data has {len(problems)} problems" if args.problems > len(problems) else
+               f"--problems {args.problems} would leave ranks without problems; use at least {world()[1]}")
     default_out = os.path.join("runs", f"{args.workflow}-{args.policy}-{args.task}-{time.strftime('%Y%m%d-%H%M%S')}")
     args.out = gather(args.out or default_out)[0]  # rank 0's: the ranks' clocks may straddle a second
     try:
         os.makedirs(args.out, exist_ok=True)
     except OSError as e:  # a file on the way, no permission
-        sys.exit(f"error: --out {args.out}: {e.strerror}")
+        refuse(f"--out {args.out}: {e.strerror}")
     if args.policy == "ip" and (args.role_weights or args.loss_agg == "role-balanced") and world()[0] == 0:
         print("note: under IP each optimizer step holds one role's rows, so --role-weights and "
               "role-balanced do not change the update (they matter under SP)", flush=True)
@@ -440,7 +446,8 @@ def record_start(args, start, device, adapters, n_problems):
 def ctrl_c_finishes_the_step(active):
     """Yields {"requested": False}; while `active`, the first Ctrl-C sets it (run finishes the step, saves
     and exits) and a second aborts. Under torchrun (not active) Ctrl-C interrupts at once: a flag seen by
-    some ranks and not others would leave the rest waiting in a collective."""
+    some ranks and not others would leave the rest waiting in a collective. The handler it replaces is
+    the script's for loading (top of the file); Python's own is left after it, as before a run."""
     stop = {"requested": False}
 
     def on_sigint(signum, frame):
@@ -448,12 +455,11 @@ def ctrl_c_finishes_the_step(active):
             raise KeyboardInterrupt
         stop["requested"] = True
         print("\nCtrl-C: finishing this step, then saving a checkpoint (Ctrl-C again aborts unsaved)", flush=True)
-    previous = signal.signal(signal.SIGINT, on_sigint) if active else None
+    signal.signal(signal.SIGINT, on_sigint if active else signal.default_int_handler)  # torchrun: KeyboardInterrupt
     try:
         yield stop
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def draw_problems(problems, consumed, count, seed):
@@ -540,9 +546,7 @@ def load_checkpoint(args, model, adapters, optimizers, gen):
                 Path(path + ".tmp").write_text("".join(kept))
                 os.replace(path + ".tmp", path)  # a kill mid-write (a resume's first second) leaves the old one whole
     except Exception as e:  # a truncated or foreign file (safetensors, pickle, shapes, keys)
-        print(f"error: --resume: cannot restore {folder} ({type(e).__name__}: {' '.join(str(e).split()).split('. ')[0]})",
-              file=sys.stderr)
-        sys.exit(2)
+        refuse(f"--resume: cannot restore {folder} ({type(e).__name__}: {' '.join(str(e).split()).split('. ')[0]})")
     streams = "RNG states" if n == len(saved) else f"RNG states (saved on {len(saved)} rank(s), now " \
         f"{n}" + (f": ranks {len(saved)}+ start fresh streams)" if n > len(saved) else ")")
     if rank == 0:
@@ -579,7 +583,7 @@ def parse_args(argv=None):
     loaded or written. With --resume, the run's saved settings (run_folder)."""
     head, gpus, tail = __doc__.partition("Several GPUs")  # --help: the common flags first, multi-GPU details last
     p = argparse.ArgumentParser(description=head, epilog=gpus + tail, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.error = lambda message: p.exit(2, f"error: {message}\n")  # one line: argparse's prints the usage first
+    p.error = refuse  # one line: argparse's prints the usage first
     # what to train
     p.add_argument("--workflow", choices=list(WORKFLOWS), default="evalopt", help="the workflow to train")
     p.add_argument("--policy", choices=["sp", "ip"], default="ip", help="shared or isolated adapters")
@@ -664,6 +668,12 @@ def parse_args(argv=None):
 
 def flag(name):
     return "--" + name.replace("_", "-")
+
+
+def refuse(message):
+    """Bad input (a flag, or a file or folder it names): "error: MESSAGE" as one line on stderr (a multi-line
+    exception joined) and exit code 2, argparse's for a usage error."""
+    sys.exit(print(f"error: {message}".replace("\n", " "), file=sys.stderr) or 2)
 
 
 def run_folder(p, argv, args):

@@ -234,11 +234,13 @@ def test_plots_skipped_with_a_message_without_matplotlib(run_dir, monkeypatch, c
         plots.main([run_dir + "-missing"])
 
 
-def test_clear_errors(run_dir, tmp_path):
-    def fails(argv, message):
+def test_clear_errors(run_dir, tmp_path, capsys):
+    def fails(argv, message):  # as a bad flag: exit code 2 and one line on stderr
+        capsys.readouterr()
         with pytest.raises(SystemExit) as e:
             ev.main(argv)
-        assert message in str(e.value.code), e.value.code
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and err.startswith("error: ") and err.count("\n") == 1 and message in err, (e.value, err)
     empty = tmp_path / "empty"
     empty.mkdir()
     (empty / "config.json").write_text(json.dumps({"workflow": "single"}))
@@ -333,8 +335,40 @@ def test_error_is_one_line_without_traceback(tmp_path):
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     p = subprocess.run([sys.executable, os.path.join(root, "eval.py"), "--run", str(tmp_path / "nope")],
                        capture_output=True, text=True, cwd=root)
-    assert p.returncode == 1 and "Traceback" not in p.stderr
-    assert p.stderr.strip() == f"error: no such run directory: {tmp_path / 'nope'}"
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    assert p.stderr == f"error: no such run directory: {tmp_path / 'nope'}\n"
+
+
+@pytest.mark.parametrize("flag,message", [("--model", "no such model folder or file: {path}"),
+                                          ("--data", "{path}: no such data file"),
+                                          ("--adapters", "no such adapter folder: {path}"),
+                                          ("--run", "no such run directory: {path}")])
+def test_a_missing_path_is_exit_2_naming_it(tmp_path, capsys, flag, message):
+    """Regression (README's leftovers): a missing --model, --data, --adapters or --run exited 1 while a bad flag
+    exits 2, argparse's code for a usage error. Now both: one line naming the path, exit code 2."""
+    path = str(tmp_path / "missing")
+    with pytest.raises(SystemExit) as e:
+        ev.main([*(["--model", "tiny"] if flag != "--model" else []), flag, path])
+    err = capsys.readouterr().err
+    assert (e.value.code, err) == (2, f"error: {message.format(path=path)}\n")
+
+
+def test_ctrl_c_while_importing_is_one_line_and_exit_130(tmp_path):
+    """Regression: Ctrl-C while torch and transformers import (seconds, before main can catch it) printed
+    Python's traceback. Now the one line of a Ctrl-C later on, and 130. The child presses Ctrl-C itself as
+    numpy starts to import."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    child = "\n".join([
+        "import os, runpy, signal, sys",
+        "class CtrlCOnNumpy:",
+        "    def find_spec(self, name, path=None, target=None):",
+        "        if name == 'numpy': os.kill(os.getpid(), signal.SIGINT)",
+        "sys.meta_path.insert(0, CtrlCOnNumpy())",
+        f"sys.argv = ['eval.py', '--model', 'tiny', '--problems', '1', '--n', '1', '--data', {str(tmp_path / 'x')!r}]",
+        "runpy.run_path('eval.py', run_name='__main__')"])
+    p = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, cwd=root)
+    assert (p.returncode, p.stdout) == (130, "")
+    assert p.stderr == "interrupted (with --run, eval.jsonl keeps the steps finished: a rerun goes on)\n"
 
 
 # --------------------------------------------------------------------------- issue 14: reward-hacking monitor

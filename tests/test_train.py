@@ -564,17 +564,14 @@ def test_bad_flag_in_a_real_process_has_no_traceback(tmp_path):
 
 
 def test_bad_files_and_run_dirs(tmp_path, capsys):
-    with pytest.raises(SystemExit, match="no such data file"):
-        train.main([*SMALL, "--data", str(tmp_path / "missing.jsonl"), "--out", str(tmp_path / "a")])
+    refused([*SMALL, "--data", str(tmp_path / "missing.jsonl"), "--out", str(tmp_path / "a")], capsys, "no such data file")
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"question": "1+1?", "answer": "#### 2"}\n{"question": \n')
-    with pytest.raises(SystemExit, match="bad.jsonl:2"):
-        train.main([*SMALL, "--data", str(bad), "--out", str(tmp_path / "b")])
-    with pytest.raises(SystemExit, match="no such model"):
-        train.main(["--model", "./no-model-here", "--out", str(tmp_path / "c")])
+    refused([*SMALL, "--data", str(bad), "--out", str(tmp_path / "b")], capsys, "bad.jsonl:2")
+    refused(["--model", "./no-model-here", "--out", str(tmp_path / "c")], capsys, "no such model")
     (tmp_path / "a-file").write_text("")  # --out under a file: one line, not a traceback from makedirs
-    with pytest.raises(SystemExit, match=f"error: --out {tmp_path / 'a-file' / 'run'}: Not a directory"):
-        train.main([*SMALL, "--out", str(tmp_path / "a-file" / "run")])
+    refused([*SMALL, "--out", str(tmp_path / "a-file" / "run")], capsys,
+            f"error: --out {tmp_path / 'a-file' / 'run'}: Not a directory")
     refused(["--out", str(tmp_path / "empty"), "--resume"], capsys, "--resume: no run in")
     refused(["--resume"], capsys, "--resume needs --out DIR")
     out = str(tmp_path / "run")
@@ -582,6 +579,79 @@ def test_bad_files_and_run_dirs(tmp_path, capsys):
     before = snapshot(out)
     refused(["--workflow", "single", "--steps", "1", "--out", out, *SMALL], capsys, "already holds a run; pass --resume")
     assert snapshot(out) == before
+
+
+@pytest.mark.parametrize("flag,path,message", [
+    ("--model", "no-model-here", "no such model folder or file: {path}"),
+    ("--data", "missing.jsonl", "{path}: no such data file"),
+    ("--eval-data", "missing.jsonl", "{path}: no such data file"),
+    ("--init-adapters", "no-peft", "{path}/generator"),
+])
+def test_a_missing_model_data_or_adapter_path_is_exit_2_naming_it(tmp_path, capsys, flag, path, message):
+    """Regression (README's leftovers): a missing --model or --data exited 1 (sys.exit with the message) while
+    every other bad flag exits 2, argparse's code for a usage error. Now one line naming the path, exit 2, no
+    run folder written."""
+    path, out = str(tmp_path / path), str(tmp_path / "run")
+    refused([*SMALL, "--workflow", "single", "--eval-every", "1", flag, path, "--out", out], capsys,
+            message.format(path=path))
+    assert not os.path.exists(out)
+
+
+def test_a_missing_data_file_in_a_real_process_is_exit_2(tmp_path):
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    p = subprocess.run([sys.executable, os.path.join(root, "train.py"), *SMALL, "--data", "missing.jsonl", "--out", "run"],
+                       capture_output=True, text=True, cwd=str(tmp_path))
+    assert (p.returncode, p.stderr, p.stdout) == (2, "error: missing.jsonl: no such data file\n", "")
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_multi_line_loading_error_is_joined_into_one_line(tmp_path, capsys, monkeypatch):
+    """transformers' OSError for a hub name it cannot find has two lines (the name, then a hint about tokens)."""
+    def not_on_the_hub(spec, device=None):
+        raise OSError(f"{spec} is not a local folder and is not a valid model identifier\nIf this is a private repository...")
+    monkeypatch.setattr(train, "load_default_model", not_on_the_hub)
+    refused(["--model", "someone/no-such-model", "--out", str(tmp_path / "run")], capsys,
+            "error: someone/no-such-model is not a local folder and is not a valid model identifier If this is a private")
+    assert not os.path.exists(tmp_path / "run")
+
+
+@pytest.mark.parametrize("problems", [None, 4])
+def test_problems_above_the_data_size_is_refused(tmp_path, capsys, problems):
+    """Regression (README's leftovers): --problems above the data's size drew some problems twice in every step,
+    and the copies' rollouts pooled into one larger GRPO group (keys are problem ids) without a word. Now one
+    line saying how many problems the data has, exit 2, nothing written; the tiny model's default (4) counts
+    too. As many problems as the data has is accepted."""
+    data = tmp_path / "three.jsonl"
+    data.write_text("".join(json.dumps({"question": f"{k} + 1?", "answer": f"#### {k + 1}"}) + "\n" for k in range(3)))
+    i = SMALL.index("--problems")
+    small = SMALL[:i] + SMALL[i + 2:] + (["--problems", str(problems)] if problems else [])  # None: the tiny default, 4
+    out = str(tmp_path / "run")
+    refused([*small, "--workflow", "single", "--data", str(data), "--out", out], capsys,
+            "error: --problems 4: the data has 3 problems")
+    assert not os.path.exists(out)
+    train.main([*small, "--problems", "3", "--workflow", "single", "--steps", "1", "--data", str(data), "--out", out])
+    assert [m["episodes"] for m in read_metrics(out)] == [3 * 2]  # 3 problems x --group 2
+
+
+@pytest.mark.parametrize("when", ["importing", "loading the model"])
+def test_ctrl_c_while_loading_is_one_line_and_exit_130(tmp_path, when):
+    """Regression (README's leftovers): Ctrl-C before the first step (torch importing, the model loading)
+    printed Python's traceback. Now one line and 130, the shell's code for Ctrl-C; nothing is written. The
+    child presses Ctrl-C itself, as numpy starts to import or as the model starts to load."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    press = "os.kill(os.getpid(), signal.SIGINT)"
+    child = "\n".join([
+        "import os, runpy, signal, sys",
+        "class CtrlCOnNumpy:",
+        "    def find_spec(self, name, path=None, target=None):",
+        f"        if name == 'numpy': {press}",
+        "sys.meta_path.insert(0, CtrlCOnNumpy())" if when == "importing" else
+        f"import models; models.load_model = lambda *a, **k: {press}",
+        f"sys.argv = ['train.py', *{SMALL!r}, '--out', {str(tmp_path / 'run')!r}]",
+        "runpy.run_path('train.py', run_name='__main__')"])
+    p = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, cwd=root)
+    assert (p.returncode, p.stderr, p.stdout) == (130, "interrupted while loading; nothing lost\n", "")
+    assert os.listdir(tmp_path) == []
 
 
 @pytest.mark.parametrize("what", ["file", "model config", "not json", "other files"])
@@ -785,7 +855,7 @@ def test_eval_cadence_does_not_change_training(tmp_path, monkeypatch):
     assert strip_time(read_metrics(a)) == [{k: v for k, v in x.items() if k != "eval_accuracy"} for x in strip_time(mb)]
 
 
-def test_model_with_unknown_logit_post_processing_is_refused(tmp_path, monkeypatch):
+def test_model_with_unknown_logit_post_processing_is_refused(tmp_path, monkeypatch, capsys):
     """A forward whose logits completion_logprobs cannot reproduce would train on wrong ratios: one-line error."""
     real = train.load_default_model
 
@@ -794,8 +864,8 @@ def test_model_with_unknown_logit_post_processing_is_refused(tmp_path, monkeypat
         model.config.final_logit_softcapping = 2.0  # applied by output_head, ignored by Qwen3's forward
         return model, tok, used
     monkeypatch.setattr(train, "load_default_model", capped)
-    with pytest.raises(SystemExit, match="^error: Qwen3ForCausalLM: its forward post-processes the logits"):
-        train.main(["--workflow", "single", "--steps", "1", "--out", str(tmp_path / "run"), *SMALL])
+    refused(["--workflow", "single", "--steps", "1", "--out", str(tmp_path / "run"), *SMALL], capsys,
+            "error: Qwen3ForCausalLM: its forward post-processes the logits")
 
 
 # --------------------------------------------------------------------------- issue 14: read-outs that cannot mislead
