@@ -33,7 +33,9 @@ import time
 from collections import Counter
 
 INTERRUPTED = "interrupted (with --run, eval.jsonl keeps the steps finished: a rerun goes on)"
-if __name__ == "__main__":  # Ctrl-C while torch and transformers import (seconds): main's one line, not a traceback
+# Ctrl-C while torch and transformers import (seconds): main's one line, not a traceback. A SIGINT that came
+# ignored (a background job, nohup) stays ignored, as Python leaves it.
+if __name__ == "__main__" and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
     signal.signal(signal.SIGINT, lambda *_: sys.exit(print(INTERRUPTED, file=sys.stderr) or 130))
 import numpy as np
 import torch

@@ -75,7 +75,9 @@ from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 
-if __name__ == "__main__":  # Ctrl-C until ctrl_c_finishes_the_step (torch importing, the model loading): one line, 130
+# Ctrl-C until ctrl_c_finishes_the_step (torch importing, the model loading): one line and exit 130, not a traceback.
+# A SIGINT that came ignored (a background job, nohup) stays ignored, as Python leaves it.
+if __name__ == "__main__" and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
     signal.signal(signal.SIGINT, lambda *_: sys.exit(print("interrupted while loading; nothing lost", file=sys.stderr) or 130))
 import numpy as np
 import torch

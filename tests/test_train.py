@@ -654,6 +654,20 @@ def test_ctrl_c_while_loading_is_one_line_and_exit_130(tmp_path, when):
     assert os.listdir(tmp_path) == []
 
 
+def test_a_sigint_ignored_from_the_start_stays_ignored_while_loading(tmp_path):
+    """What the fix must keep: a process started with SIGINT ignored (a background job of a script, nohup)
+    is not made interruptible by train.py's loading handler; Python leaves an ignored SIGINT ignored."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    child = "\n".join([
+        "import os, runpy, signal, sys",
+        "signal.signal(signal.SIGINT, signal.SIG_IGN)",
+        "import models; models.load_model = lambda *a, **k: (os.kill(os.getpid(), signal.SIGINT), sys.exit(7))",
+        f"sys.argv = ['train.py', *{SMALL!r}, '--out', {str(tmp_path / 'run')!r}]",
+        "runpy.run_path('train.py', run_name='__main__')"])
+    p = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, cwd=root)
+    assert (p.returncode, p.stderr, p.stdout) == (7, "", "")  # the Ctrl-C ignored: on to the stand-in's exit 7
+
+
 @pytest.mark.parametrize("what", ["file", "model config", "not json", "other files"])
 def test_out_holding_something_else_is_refused_and_left_alone(tmp_path, capsys, what):
     """--out on a file, or on a folder that is not a run of train.py (an HF model folder's config.json, a
