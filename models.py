@@ -136,7 +136,7 @@ def load_default_model(spec=None, device=None):
         return (*load_model(DEFAULT_MODEL, device), DEFAULT_MODEL)
     except (RuntimeError, OSError) as e:
         print(f"note: {DEFAULT_MODEL} could not be loaded ({str(e).splitlines()[0][:90]}...); "
-              f"using the built-in tiny model and built-in data instead.", flush=True)
+              f"using the built-in tiny model instead.", flush=True)
         return (*load_model(TINY, device), TINY)
 
 
