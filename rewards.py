@@ -297,9 +297,10 @@ def _container(s: str) -> tuple[str, list[str]] | None:
 
 # refused in an answer's sympy source: juxtaposed numbers are no product ("9 9", "(9)9", "9(9)", "{9}{9}"), a second
 # decimal point ("1.000.000" would be 1.000 * .000; "512.0.n(1)" an attribute), and Python past the math subset:
-# 0x / 0b / 0o literals, //, 5j, names with digits (sympy's E1); the whitelist below does the rest
+# 0x / 0b / 0o literals, // and ** apart ("/ /" would be read as //), 5j, names with digits (sympy's E1); the
+# whitelist below does the rest
 _REFUSED = re.compile(r"(?<!\d)\.(?!\d)|[\d.]\s+[\d.]|\)\s*[\d.]|[\d.)]\s*\(\s*[\d.]+\s*\)|\.\d*\.|"
-                      r"(?<![\d.])(0[xXbBoO]|[a-zA-Z]\d)|//|\d[jJ]")  # (1e5 stays a number)
+                      r"(?<![\d.])(0[xXbBoO]|[a-zA-Z]\d)|/\s*/|\*\s+\*|\d[jJ]")  # (1e5 stays a number)
 _NAMES = {"pi": "pi", "infty": "oo", "cdot": "*", "times": "*", "div": "/", "sin": "sin", "cos": "cos",
           "tan": "tan", "log": "log", "ln": "log", "exp": "exp"}
 
@@ -329,7 +330,7 @@ def _latex_to_sympy(s: str) -> str:
         else:
             out.append({"{": "(", "}": ")", "^": "**"}.get(s[i], s[i]))
             i += 1
-    return "".join(out)
+    return re.sub(r"(?<![\d.])0+(?=\d)", "", "".join(out))  # "072" is 72: Python would read "0 72", so 0
 
 
 def _to_sympy(s: str) -> str | None:
@@ -460,14 +461,16 @@ def _drop_words(s: str, other: str) -> str:
     """'12 apples', '9 (apples)', '72 m^2', '72 km/h' or '72/hour' -> '12' / '9' / '72' when the other side is a plain
     number: a noun (a unit) after the number, or a word after a slash that follows it, is not part of the answer. Only
     then, so '5 x' still differs from gold '5x'; and not after a hedge ('5 or 6'), a multiplier ('5 thousand', '12
-    squared', '2 k') or a constant or function ('5 pi', '5/oo', '5/sqrt'), which change what the number says. Letters
+    squared', '2 k'), a constant or function ('5 pi', '5/oo', '5/sqrt', '5 \\text{Pi}': any case) or a number word after
+    the slash ('144/two'), which change what the number says. Letters
     only: '72/8' and '72/8 hr' keep their digits (9, or no match); after the number's slash a word, not one letter,
     so gold '2/x' is no '2' (and the number never ends in that slash: '72/ hr' is 72, not '72/')."""
     m = re.fullmatch(r"([-+]?\d[\d.,/]*(?<!/))(?:\s+|\s*/\s*(?=[a-zA-Z]{2}))"
                      r"(?:[a-zA-Z][a-zA-Z .'/-]*(?:\^\{?\d\}?)?|\([a-zA-Z][a-zA-Z .'-]+\))", s)
-    hedge = m and re.search(r"\b(or|and|to|than|more|less|least|most|about|around|approx\w*|between|plus|minus|not"
-                            r"|hundreds?|thousands?|millions?|billions?|trillions?|dozens?|squared|cubed|twice|thrice"
-                            r"|half|double|triple|k|pi|oo|inf|infty|infinity|nan|sqrt|sin|cos|tan|log|ln|exp)\b", s)
+    hedge = m and re.search(r"\b(or|and|to|than|more|less|least|most|about|around|approx\w*|between|plus|minus|not|over|divided"
+                            r"|hundreds?|thousands?|millions?|billions?|trillions?|dozens?|grand|squared|cubed|twice|thrice|half"
+                            r"|double|triple|k|pi|oo|inf|infty|infinity|nan|sqrt|sin|cos|tan|cot|csc|arc\w+|log|ln|exp|erf|tau|phi|gamma"
+                            r")\b|/\s*(zero|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|\w+teen|\w+ty)\b", s, re.I)
     return m.group(1) if m and not hedge and re.fullmatch(r"[-+]?\d[\d.,/]*", other) else s
 
 

@@ -136,6 +136,13 @@ GAMED = [  # (completion, gold): none of these is equal to its gold
     ("\\boxed{576/8 \\text{ km/h}}", "576"), ("\\boxed{72/x}", "72"), ("\\boxed{2}", "2/x"), ("\\boxed{72/\\text{hr or more}}", "72"),
     ("\\boxed{72 pi}", "72"), ("\\boxed{72/pi}", "72"), ("\\boxed{72/\\pi}", "72"), ("\\boxed{72/oo}", "72"),
     ("\\boxed{72 \\text{ infinity}}", "72"), ("\\boxed{72/\\text{sqrt}}", "72"), ("\\boxed{2}", "2 pi"),
+    # the twenty-sixth session's red team: a constant in capitals, a number word or a constant after the slash, an
+    # unlisted multiplier; '/ /' and '* *' were read as // and **; a leading zero split a number ('080' was 0 * 80)
+    ("\\boxed{72 \\text{ Pi}}", "72"), ("\\boxed{72 \\text{ PI}}", "72"), ("\\boxed{72 \\text{ Thousand}}", "72"),
+    ("\\boxed{72 \\text{ grand}}", "72"), ("\\boxed{144/two}", "144"), ("\\boxed{720/\\text{ten}}", "720"),
+    ("\\boxed{72/\\text{tau}}", "72"), ("\\boxed{72/\\text{Sqrt}}", "72"), ("\\boxed{72 \\text{ divided by eight}}", "72"),
+    ("\\boxed{145/ /2}", "72"), ("\\boxed{145/\\,/2}", "72"), ("\\boxed{2* *3}", "8"), ("\\boxed{72+080}", "72"),
+    ("\\boxed{-72-084}", "-72"), ("\\boxed{1\\cdot 072}", "0"), ("\\boxed{072*2}", "0"),
 ]
 FIXED = [  # (completion, gold): equal, and scored 0 before
     ("\\boxed{4210_5}", "4210_{5}"), ("\\boxed{\u22125}", "-5"), ("\\boxed{9}", "9 (apples)"), ("\\boxed{9 (apples)}", "9"),
@@ -155,6 +162,8 @@ FIXED = [  # (completion, gold): equal, and scored 0 before
     ("\\boxed{\\$72/hr}", "72"), ("\\boxed{72 \\text{ km}/\\text{h}}", "72"), ("\\boxed{\\$72 / \\text{hour}}", "72"),
     ("\\boxed{72/ hour}", "72"), ("\\boxed{9.8 \\text{ m/s}^2}", "9.8"), ("\\boxed{144/2 \\text{ km/h}}", "72"),
     ("\\boxed{1,200/\\text{month}}", "1200"),
+    # a leading zero is the number's own: '080' is 80 inside an expression too ('72+080' was 72, as 0 * 80)
+    ("\\boxed{72+080}", "152"), ("\\boxed{2\\cdot 072}", "144"),
 ]
 
 
