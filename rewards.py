@@ -467,7 +467,7 @@ def _drop_words(s: str, other: str) -> str:
     so gold '2/x' is no '2' (and the number never ends in that slash: '72/ hr' is 72, not '72/')."""
     m = re.fullmatch(r"([-+]?\d[\d.,/]*(?<!/))(?:\s+|\s*/\s*(?=[a-zA-Z]{2}))"
                      r"(?:[a-zA-Z][a-zA-Z .'/-]*(?:\^\{?\d\}?)?|\([a-zA-Z][a-zA-Z .'-]+\))", s)
-    hedge = m and re.search(r"\b(or|and|to|than|more|less|least|most|about|around|approx\w*|between|plus|minus|not|over|divided"
+    hedge = m and re.search(r"\b(or|and|to|than|more|less|least|most|about|around|approx\w*|between|plus|minus|not|divided"
                             r"|hundreds?|thousands?|millions?|billions?|trillions?|dozens?|grand|squared|cubed|twice|thrice|half"
                             r"|double|triple|k|pi|oo|inf|infty|infinity|nan|sqrt|sin|cos|tan|cot|csc|arc\w+|log|ln|exp|erf|tau|phi|gamma"
                             r")\b|/\s*(zero|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|\w+teen|\w+ty)\b", s, re.I)

@@ -35,6 +35,7 @@ def fence(code: str) -> str:
 # ------------------------------------------------------------------------------------------------ math
 
 MATH_CASES = [  # (completion, gold, reward)
+    ("\\boxed{12 \\text{ cookies left over}}", "12", 1.0),  # 'over' is no hedge word: an answer, not a division
     ("\\boxed{5}", "5", 1), ("\\boxed{5.0}", "5", 1), ("\\boxed{5}", "50", 0), ("\\boxed{-5}", "5", 0),
     ("\\boxed{\\frac{1}{2}}", "0.5", 1), ("\\boxed{\\dfrac12}", "1/2", 1), ("\\boxed{2/4}", "\\tfrac{1}{2}", 1),
     ("\\boxed{0.33}", "\\frac13", 0), ("\\boxed{-\\frac{3}{4}}", "-0.75", 1), ("\\boxed{\\frac{3}{4}}", "-0.75", 0),
