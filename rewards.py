@@ -330,7 +330,7 @@ def _latex_to_sympy(s: str) -> str:
         else:
             out.append({"{": "(", "}": ")", "^": "**"}.get(s[i], s[i]))
             i += 1
-    return re.sub(r"(?<![\d.])0+(?=\d)", "", "".join(out))  # "072" is 72: Python would read "0 72", so 0
+    return "".join(out)
 
 
 def _to_sympy(s: str) -> str | None:
@@ -339,7 +339,7 @@ def _to_sympy(s: str) -> str | None:
     if len(s) > 200:
         return None
     try:
-        t = _latex_to_sympy(s)
+        t = re.sub(r"(?<![\d.])0+(?=\d)", "", _latex_to_sympy(s))  # "072" is 72 (Python would read "0 72", so 0)
     except (ValueError, IndexError):
         return None
     words = set(re.findall(r"[a-zA-Z]{2,}", t)) - {"sqrt", "pi", "oo", "sin", "cos", "tan", "log", "exp"}
