@@ -63,10 +63,9 @@ def build_tiny(path, seed=0):
     tok = transformers.PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|endoftext|>",
                                                chat_template=CHAT_TEMPLATE)
     config = transformers.Qwen3Config(
-        vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=4096,
-        tie_word_embeddings=True, initializer_range=0.2, bos_token_id=None, pad_token_id=tok.pad_token_id,
-        eos_token_id=[tok.convert_tokens_to_ids("<|im_end|>"), tok.pad_token_id])
+        vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, max_position_embeddings=4096, tie_word_embeddings=True, initializer_range=0.2,
+        bos_token_id=None, pad_token_id=tok.pad_token_id, eos_token_id=[tok.convert_tokens_to_ids("<|im_end|>"), tok.pad_token_id])
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         transformers.Qwen3ForCausalLM(config).save_pretrained(path)
@@ -82,8 +81,11 @@ def _hub_reachable(timeout=3.0):
 
 
 def _from_pretrained(spec, dtype, **kw):
-    """(model, tokenizer) from one folder, hub name or GGUF file; kw go to both loaders."""
-    return AutoModelForCausalLM.from_pretrained(spec, dtype=dtype, **kw), AutoTokenizer.from_pretrained(spec, **kw)
+    """(model, tokenizer) from one folder, hub name or GGUF file; kw go to both loaders, and local_files_only also to
+    the model's lookup of a PEFT adapter, which transformers 5.25 (with peft installed) otherwise sends to the hub: ~23 s
+    of retries and ten lines of warnings before the fallback to the tiny model on a machine with no network."""
+    offline = {"local_files_only": kw.get("local_files_only", False)}
+    return AutoModelForCausalLM.from_pretrained(spec, dtype=dtype, adapter_kwargs=offline, **kw), AutoTokenizer.from_pretrained(spec, **kw)
 
 
 def _load_pretrained(spec, dtype):

@@ -68,6 +68,29 @@ def test_default_model_falls_back_to_tiny_with_one_line(monkeypatch, capsys):
     assert used == "tiny" and len(out) == 1 and "built-in tiny model" in out[0]
 
 
+def test_cache_lookup_of_a_hub_name_retries_nothing(monkeypatch):
+    """With peft installed and HF_HUB_OFFLINE unset, looking a hub name up in the local cache does not wait on the
+    hub. Regression: transformers 5.25 asked the hub for the model's PEFT adapter_config.json even with
+    local_files_only, so the README's first command on a machine with no network retried for ~23 s (sleeps of 1, 2, 4,
+    8, 8 s) before falling back to tiny. (huggingface_hub 2.4 may still try one request for its user agent: no wait.)"""
+    pytest.importorskip("peft")
+    import huggingface_hub.constants
+    import socket
+    import time
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False, raising=False)
+
+    def no_network(*a, **k):
+        raise socket.gaierror("no network (test)")
+    monkeypatch.setattr(socket, "getaddrinfo", no_network)
+    slept = []
+    monkeypatch.setattr(time, "sleep", slept.append)  # the hub client's retries wait here
+    monkeypatch.setattr(models, "_hub_reachable", lambda *a, **k: False)
+    with pytest.raises(RuntimeError, match="cannot be reached"):
+        models.load_model("someone/not-cached-model-xyz", device="cpu")
+    assert slept == []
+
+
 def test_hub_probe_honours_hf_hub_offline(monkeypatch):
     """With HF_HUB_OFFLINE set the probe says no without opening a connection."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
