@@ -10,7 +10,9 @@ decode attention until the twenty-third session) as its decode attention (`decod
 for only a boxed answer: an aggregator's call with --natural, a synthesiser's long decode without it; use --n 1). Each contender is run once to warm up, then timed over
 --repeats calls; tokens/s and the ratios are printed. --profile prints, for our decode step at 8,
 64 and 512 rows, the time per step under the CUDA graph, the kernels per step and their GPU time
-(eager, torch.profiler), the top kernels, and how many graphs a natural-stop call captures.
+(eager, torch.profiler), the same under the graph (if the profiler sees the replays' kernels), one graph
+replayed alone back to back (what the host's sampling and bookkeeping between replays add), the top kernels,
+and how many graphs a natural-stop call captures.
 
     python bench/sampler.py                      # tiny model on CPU, small workload
     python bench/sampler.py --model /root/mdl/model.gguf --prompts 64 --n 8 --new-tokens 512
@@ -272,7 +274,7 @@ def profile(model, tok, prompts, stops, device, args):
     kernels. Then the graphs a natural-stop call captures (new batch size or attended-length bucket)."""
     from torch.profiler import ProfilerActivity, profile as torch_profile
     import sampler
-    for fuse, rows in [(f, r) for f in (False, True) for r in (8, 64, 512)]:
+    for fuse, rows in [(f, r) for f in (False, True) if not (f and 'fused' in args.skip) for r in (8, 64, 512)]:
         batch = [prompts[i % len(prompts)] for i in range(rows)]
         def call(n_new, graph=None):
             with fused_layers(model) if fuse else contextlib.nullcontext():
@@ -291,6 +293,34 @@ def profile(model, tok, prompts, stops, device, args):
         gpu_ms = (sum(e.device_time for e in k17) - sum(e.device_time for e in k1)) / 16 / 1e3
         print(f"profile fuse={fuse} rows={rows}: graph {1e3 * (t129 - t1) / 128:.3f} ms/step; eager {per_step:.0f} kernels/step, "
               f"{gpu_ms:.3f} ms GPU time/step")
+        # the graph path: the GPU's busy time per step (kernels inside the replays, if the profiler sees them), and
+        # one graph replayed alone back to back (no sampling or bookkeeping between replays: what the host adds)
+        busy = []
+        for n_new in (1, 129):
+            with torch_profile(activities=[ProfilerActivity.CUDA]) as profg:
+                call(n_new)
+                sync(device)
+            busy.append((len(kernels(profg)), sum(e.device_time for e in kernels(profg)) / 1e3))
+        alone, replays, real_replay = [], [0], torch.cuda.CUDAGraph.replay
+
+        def replay(g):  # the call's 64th replay: then 50 more of the same graph, timed (the same slot: no harm done)
+            real_replay(g)
+            replays[0] += 1
+            if replays[0] == 64:
+                sync(device)
+                t0 = time.perf_counter()
+                for _ in range(50):
+                    real_replay(g)
+                sync(device)
+                alone.append(1e3 * (time.perf_counter() - t0) / 50)
+        torch.cuda.CUDAGraph.replay = replay
+        try:
+            call(129)
+        finally:
+            torch.cuda.CUDAGraph.replay = real_replay
+        print(f"  graph path: {(busy[1][0] - busy[0][0]) / 128:.0f} kernels/step seen by the profiler, "
+              f"{(busy[1][1] - busy[0][1]) / 128:.3f} ms GPU busy/step; one graph replayed alone: "
+              f"{alone[0] if alone else float('nan'):.3f} ms/replay")
         if rows == 8 or (rows == 512 and fuse):
             print(prof.key_averages().table(sort_by="device_time_total", row_limit=12, max_name_column_width=60))
     captures = []
