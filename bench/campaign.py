@@ -14,6 +14,7 @@ evaluate every checkpoint, append one JSON record per finished run to docs/resul
     python bench/campaign.py --table                                       # the grid table(s), Markdown
     python bench/campaign.py --record-lost /tmp/x/runs/orchworkers-ip-s0   # a cell lost mid-run -> lost.jsonl
     python bench/campaign.py --compare voting-ip-s0 voting-ip-merged-s0    # two cells step by step, A - B +- se
+                                                      (a cell lost mid-run: from lost.jsonl, beside the results file)
     python bench/campaign.py --list                                        # the configurations and the grid
 
 A run name is CONFIG-sSEED (CONFIG from CONFIGS below). `--task code` (issue 17) adds `--task code
@@ -672,14 +673,21 @@ def table(results):
 
 
 def compare(results, a, b, model=DEFAULT_MODEL, task="math"):
-    """Two recorded cells of one model and task (names; the last record of each) side by side at every step both
-    evaluated, and their transfers into the same structures: A, B, A - B, its se (paired over the problems when
+    """Two recorded cells of one model and task (names; the last record of each, a cell with none in `results` its
+    last lost attempt) side by side at every step both evaluated, and their transfers into the same structures: A, B, A - B, its se (paired over the problems when
     both have per-problem counts; else, or on built-in problems drawn by different seeds, unpaired)."""
-    records = {r["name"]: r for r in read_jsonl(results) if (r["model"], r.get("task", "math")) == (model, task)}
+    ours = lambda r: (r["model"], r.get("task", "math")) == (model, task)
+    records = {r["name"]: r for r in read_jsonl(results) if ours(r)}
+    # a name with no record: its last attempt in lost.jsonl beside the results file (a cell lost mid-run, as far as
+    # it was evaluated), named with where it was lost
+    lost = os.path.join(os.path.dirname(os.path.abspath(results)), os.path.basename(LOST))
+    if {a, b} - records.keys() and os.path.isfile(lost) and lost != os.path.abspath(results):
+        records = {**{r["name"]: r for r in read_jsonl(lost) if ours(r)}, **records}
     if missing := [x for x in (a, b) if x not in records]:
         sys.exit(f"error: --compare: no record named {', '.join(missing)} for {model}, {task} in {results} "
                  f"(--model-name, --task pick another)")
     ra, rb = records[a], records[b]
+    a, b = label(ra), label(rb)
     settings = ("eval_data", "eval_problems", "eval_n", "eval_temperature")
     if [ra.get(k) for k in settings] != [rb.get(k) for k in settings]:
         sys.exit(f"error: --compare: {a} and {b} were evaluated with different {'/'.join(settings)}")
@@ -689,10 +697,10 @@ def compare(results, a, b, model=DEFAULT_MODEL, task="math"):
     pairs += [(f"{w} (transfer)", t, rb["transfers"][w]) for w, t in ra.get("transfers", {}).items()
               if w in rb.get("transfers", {})]
     out = [f"| point | {a} | {b} | A - B | se |", "|---|---|---|---|---|"]
-    for label, p, q in pairs:
+    for point, p, q in pairs:
         d, se, paired = difference(p, q, ra["eval_n"], same)
         size, err = (f" ({d / se:.1f} se)", f"{se:.3f}{' paired' if paired else ''}") if se else ("", "-")
-        out.append(f"| {label} | {p['pass@1']:.3f} | {q['pass@1']:.3f} | {d:+.3f}{size} | {err} |")
+        out.append(f"| {point} | {p['pass@1']:.3f} | {q['pass@1']:.3f} | {d:+.3f}{size} | {err} |")
     return "\n".join(out)
 
 
@@ -740,7 +748,8 @@ def main(argv=None):
     p.add_argument("--table", action="store_true", help="print the grid table(s) from --results (Markdown), then exit")
     p.add_argument("--list", action="store_true", help="print the grid and the configurations, then exit")
     p.add_argument("--compare", nargs=2, metavar=("A", "B"), help="two recorded cells at every step both evaluated "
-                   "(Markdown; paired standard errors where the records allow), then exit")
+                   "(Markdown; paired standard errors where the records allow; a cell with no record: its last "
+                   "attempt in lost.jsonl beside the results file), then exit")
     args = p.parse_args(argv)
     args.results = args.results or (LOST if args.record_lost else RESULTS)
     if args.list:

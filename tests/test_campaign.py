@@ -1032,6 +1032,17 @@ def test_paired_differences_table_and_compare(run_dir, tmp_path):
     assert campaign.compare(str(tmp_path / "b.jsonl"), "single-s0", "single-s1").endswith("| 0.224 |")
     assert campaign.compare(str(tmp_path / "b.jsonl"), "single-s1", "voting-s1").endswith("| - |")  # paired, se 0
     assert "| step 0 | 0.250 | 0.250 |" in campaign.compare(str(tmp_path / "b.jsonl"), "single-s0", "single-s0", "M")
+    # a cell with no record in the results: its last attempt in lost.jsonl beside them, named with where it was lost;
+    # a name in both files is the results' record (single-s1: 0.500 at step 20 there, 0.250 in lost.jsonl)
+    lost = lambda started, curve: {**r, "name": "single-s3", "curve": curve,
+                                   "lost": {"trained_to": 25, "planned_steps": 100, "started": started}}
+    write_jsonl(tmp_path / "lost.jsonl", [lost("2026-12-01T10:00:00", [b]), lost("2026-12-02T10:00:00", [a]),
+                                          {**r, "name": "single-s1", "curve": [b]}])
+    out = campaign.compare(str(tmp_path / "c.jsonl"), "single-s3", "single-s1").splitlines()
+    assert out[0] == "| point | single-s3 (started 2026-12-02T10:00, lost at 25) | single-s1 | A - B | se |"
+    assert out[2:] == ["| step 20 | 0.500 | 0.500 | +0.000 | - |"]
+    with pytest.raises(SystemExit, match="no record named single-s4"):
+        campaign.compare(str(tmp_path / "c.jsonl"), "single-s4", "single-s1")
 
 
 def test_eval_chunk_is_eval_pys():
