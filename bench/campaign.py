@@ -674,8 +674,9 @@ def table(results):
 
 def compare(results, a, b, model=DEFAULT_MODEL, task="math"):
     """Two recorded cells of one model and task (names; the last record of each, a cell with none in `results` its
-    last lost attempt) side by side at every step both evaluated, and their transfers into the same structures: A, B, A - B, its se (paired over the problems when
-    both have per-problem counts; else, or on built-in problems drawn by different seeds, unpaired)."""
+    last lost attempt) side by side at every step both evaluated, and their transfers into the same structures: A,
+    B, A - B, its se (paired over the problems when both have per-problem counts; else, or on built-in problems drawn
+    by different seeds, unpaired)."""
     ours = lambda r: (r["model"], r.get("task", "math")) == (model, task)
     records = {r["name"]: r for r in read_jsonl(results) if ours(r)}
     # a name with no record: its last attempt in lost.jsonl beside the results file (a cell lost mid-run, as far as

@@ -274,7 +274,7 @@ def profile(model, tok, prompts, stops, device, args):
     kernels. Then the graphs a natural-stop call captures (new batch size or attended-length bucket)."""
     from torch.profiler import ProfilerActivity, profile as torch_profile
     import sampler
-    for fuse, rows in [(f, r) for f in (False, True) if not (f and 'fused' in args.skip) for r in (8, 64, 512)]:
+    for fuse, rows in [(f, r) for f in (False, True) if not (f and "fused" in args.skip) for r in (8, 64, 512)]:
         batch = [prompts[i % len(prompts)] for i in range(rows)]
         def call(n_new, graph=None):
             with fused_layers(model) if fuse else contextlib.nullcontext():

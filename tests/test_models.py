@@ -71,8 +71,8 @@ def test_default_model_falls_back_to_tiny_with_one_line(monkeypatch, capsys):
 def test_cache_lookup_of_a_hub_name_retries_nothing(monkeypatch):
     """With peft installed and HF_HUB_OFFLINE unset, looking a hub name up in the local cache does not wait on the
     hub. Regression: transformers 5.25 asked the hub for the model's PEFT adapter_config.json even with
-    local_files_only, so the README's first command on a machine with no network retried for ~23 s (sleeps of 1, 2, 4,
-    8, 8 s) before falling back to tiny. (huggingface_hub 2.4 may still try one request for its user agent: no wait.)"""
+    local_files_only, so the README's first command on a machine with no network and peft installed (as CI has it)
+    retried for ~23 s (sleeps of 1, 2, 4, 8, 8 s) before falling back to tiny. (huggingface_hub 2.4 may still try one request for its user agent: no wait.)"""
     pytest.importorskip("peft")
     import huggingface_hub.constants
     import socket
