@@ -857,6 +857,35 @@ def test_ctrl_c_finishes_the_step_saves_and_resume_continues(tmp_path, monkeypat
     assert [x["step"] for x in read_metrics(out)] == [1, 2, 3, 4]
 
 
+def test_second_ctrl_c_aborts_with_one_line(tmp_path, monkeypatch, capsys):
+    """Ctrl-C twice: the second aborts the step unsaved with one line and exit 130 (it printed a traceback); the last
+    checkpoint stays, and --resume continues from it."""
+    import signal
+    monkeypatch.setattr(workflows.rewards, "grade", fake_grade)
+    real_step = train.train_step
+
+    def pressed_twice_in_step_3(*a):
+        if a[-1] == 3:
+            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGINT)
+        return real_step(*a)
+    monkeypatch.setattr(train, "train_step", pressed_twice_in_step_3)
+    out = str(tmp_path / "run")
+    try:
+        train.main(["--workflow", "single", "--steps", "4", "--save-every", "2", "--out", out, *SMALL])
+        code = "no exit"
+    except SystemExit as e:
+        code = e.code
+    except KeyboardInterrupt:  # what it did: a traceback (and here, pytest's own interruption)
+        pytest.fail("the second Ctrl-C raised KeyboardInterrupt")
+    err = capsys.readouterr().err  # with tqdm's bar
+    assert code == 130 and "\nCtrl-C again: stopped unsaved; --resume continues" in err and "Traceback" not in err
+    assert train.checkpoints(out) == ["step_000002"] and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    monkeypatch.setattr(train, "train_step", real_step)
+    train.main(["--out", out, "--resume"])
+    assert [x["step"] for x in read_metrics(out)] == [1, 2, 3, 4]
+
+
 def test_eval_cadence_does_not_change_training(tmp_path, monkeypatch):
     """Regression: in-training evaluation drew from the training sampler's generator, so turning
     --eval-every on changed every later rollout."""
