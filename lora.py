@@ -369,9 +369,9 @@ def merge_adapter(model: nn.Module, name: str) -> int:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 4 or sys.argv[1] != "export":
-        sys.exit("usage: python lora.py export RUN_OR_CHECKPOINT_OR_ADAPTER_FILE OUT  (one PEFT folder per adapter)")
+    if len(sys.argv) != 4 or sys.argv[1] != "export":  # bad input: one line, exit 2 (as train.py's and eval.py's)
+        sys.exit(print("usage: python lora.py export RUN_OR_CHECKPOINT_OR_ADAPTER_FILE OUT  (one PEFT folder per adapter)", file=sys.stderr) or 2)
     try:
         print("\n".join(export_peft(*sys.argv[2:])))
     except (OSError, ValueError) as e:
-        sys.exit(f"error: {e}")
+        sys.exit(print(f"error: {e}", file=sys.stderr) or 2)

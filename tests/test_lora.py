@@ -377,7 +377,9 @@ def test_peft_export_layout_config_and_our_round_trip(ids, tmp_path):
     assert cli.returncode == 0 and cli.stdout.split() == [str(tmp_path / "cli" / n) for n in ("evaluator", "generator")]
     bad = subprocess.run([sys.executable, "lora.py", "export", str(tmp_path / "nothing"), str(tmp_path / "x")],
                          cwd=root, capture_output=True, text=True)
-    assert bad.returncode == 1 and bad.stderr.startswith("error:") and len(bad.stderr.splitlines()) == 1
+    assert bad.returncode == 2 and bad.stderr.startswith("error:") and len(bad.stderr.splitlines()) == 1  # as a bad flag
+    usage = subprocess.run([sys.executable, "lora.py", "expor", str(run), "x"], cwd=root, capture_output=True, text=True)
+    assert usage.returncode == 2 and usage.stderr.startswith("usage:") and len(usage.stderr.splitlines()) == 1
 
 
 def test_peft_options_we_do_not_compute_are_refused(tmp_path):
