@@ -447,9 +447,10 @@ def record_start(args, start, device, adapters, n_problems):
 @contextmanager
 def ctrl_c_finishes_the_step(active):
     """Yields {"requested": False}; while `active`, the first Ctrl-C sets it (run finishes the step, saves
-    and exits) and a second aborts unsaved (one line, exit 130). Under torchrun (not active) Ctrl-C interrupts at once: a flag seen by
-    some ranks and not others would leave the rest waiting in a collective. The handler it replaces is
-    the script's for loading (top of the file); Python's own is left after it, as before a run."""
+    and exits) and a second aborts unsaved (one line, exit 130). Under torchrun (not active) Ctrl-C
+    interrupts at once: a flag seen by some ranks and not others would leave the rest waiting in a
+    collective. The handler it replaces is the script's for loading (top of the file); Python's own is
+    left after it, as before a run."""
     stop = {"requested": False}
 
     def on_sigint(signum, frame):

@@ -300,7 +300,8 @@ def profile(model, tok, prompts, stops, device, args):
             with torch_profile(activities=[ProfilerActivity.CUDA]) as profg:
                 call(n_new)
                 sync(device)
-            busy.append((len(kernels(profg)), sum(e.device_time for e in kernels(profg)) / 1e3))
+            seen = kernels(profg)
+            busy.append((len(seen), sum(e.device_time for e in seen) / 1e3))
         alone, replays, real_replay = [], [0], torch.cuda.CUDAGraph.replay
 
         def replay(g):  # the call's 64th replay: then 50 more of the same graph, timed (the same slot: no harm done)
