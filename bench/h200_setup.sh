@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs ON the GPU machine, after ../shared/tools/prepare-model-chunks.sh here and one device call per
-# chunk (0.5b: mv .model/part* /root/mdl/; 1.5b: mv .model15/part* /root/mdl15/). Joins the GGUF, installs
+# chunk (0.5b: mkdir -p /root/mdl && mv .model/part* /root/mdl/; 1.5b: the same with .model15 and /root/mdl15: every
+# call makes the folder, as the first call of a message may be refused while the later ones run). Joins the GGUF, installs
 # the carried gguf wheel, and converts the model once to a bf16 Hugging Face folder (/root/mdl/hf or
 # /root/mdl15/hf), which loads in seconds; the GGUF itself dequantises for a minute or more on every load.
 # Idempotent: does nothing once the folder is complete.
