@@ -9,7 +9,7 @@ so 10^{-400} is not 0); arithmetic on infinity (\\infty^0) equals no finite gold
 are not a product; 'A%' is A, or A/100 only where that is no integer (never two integer golds); Python past
 the math subset (0x10, //, 5j, a second decimal point) is refused; symbolic answers are compared at four exact
 points, never by unbounded simplification; normalisation is linear (whitespace collapsed first, long answers refused).
-code_check: the last fenced block (```python first) must pass every test. Status pass | fail | timeout (wall clock,
+code_check: the last fenced block that defines a function or class, else the last (```python first), must pass every test. Status pass | fail | timeout (wall clock,
 CPU limit or batch budget) | no_code | bad_problem (no tests, tests that assert nothing or do not parse, check() with
 no entry point, an io test expecting no output) | error (the sandbox failed). grade() scores a batch in parallel under
 a total time budget. Everything fails closed (scores 0).
@@ -515,17 +515,22 @@ def degenerate(completion: str, task: str) -> bool:
 # ----------------------------------------------------------------------------------------------- code
 
 _CHECK = re.compile(r"(?m)^def check\(")  # HumanEval's tests: a top-level check(candidate), called on the entry point
-_FENCE = re.compile(r"^[ \t]*```[ \t]*([\w+.#-]*)[^\n]*\n(.*?)```", re.S | re.M)  # a block opens at a line's start
+# A block opens at a line's start (after spaces; its tag and the rest of that line matched without backtracking) and
+# closes at a fence that starts or ends a line: ``` inside a line of code (a string, a comment) does not close it.
+_FENCE = re.compile(r"^([ \t]*)```[ \t]*([\w+.#-]*)(?:[^\w+.#\n-][^\n]*)?\n(.*?)(?:^[ \t]*```|```[ \t]*$)", re.S | re.M)
 
 
 def extract_code(completion: str) -> str | None:
-    """The last ```python block, else the last fenced block of any language; None if there is none. A fence opens a
-    block only at the start of a line (after spaces, as in Markdown): ```py written inside a sentence is no block, so
-    prose after the solution that quotes a fence cannot replace it (the thirty-first review found that scoring correct
-    solutions 0)."""
-    blocks = _FENCE.findall(completion)
-    code = ([c for lang, c in blocks if lang.lower() in ("python", "py", "python3")] or [c for _, c in blocks]
-            or [None])[-1]
+    """The program a completion answers with: of its ```python blocks (else of all its fenced blocks) the last that
+    defines a function or class, else the last; less its fence's indentation (a block in a list item, as Markdown
+    reads it); None if there is none. A fence opens a block only at the start of a line (after spaces, as in
+    Markdown): ```py written inside a sentence is no block, so prose after the solution that quotes a fence cannot
+    replace it (the thirty-first review found that scoring correct solutions 0); nor can a usage example after it
+    (a red team of the twenty-eighth session: correct solutions followed by `print(f(2))` in a block of their own
+    scored 0)."""
+    blocks = [(lang.lower(), re.sub(f"(?m)^{ind}", "", c) if ind else c) for ind, lang, c in _FENCE.findall(completion)]
+    py = [c for lang, c in blocks if lang in ("python", "py", "python3")] or [c for _, c in blocks]
+    code = ([c for c in py if re.search(r"^(async\s+)?(def|class)\s", c, re.M)] or py or [None])[-1]
     return code if code and code.strip() else None
 
 

@@ -263,7 +263,17 @@ def test_extract_code():
     # a fence opens only at a line's start (after spaces): an inline ```py in the prose after the solution is no block
     prose = "```python\ndef f():\n    return 1\n```\nTo test it, run ```py\nf()``` in a shell."
     assert R.extract_code(prose) == "def f():\n    return 1\n"
-    assert R.extract_code("1. The code:\n   ```python\n   x = 1\n   ```\n") == "   x = 1\n   "  # indented: as before
+    # a block in a list item loses its fence's indentation (as Markdown reads it), and only that
+    assert R.extract_code("1. The code:\n   ```python\n   def f():\n       return 1\n   ```\n") == "def f():\n    return 1\n"
+    # ``` inside a line of code (a docstring, a comment) does not close the block; one that ends a line does
+    assert R.extract_code("```python\ndef f():\n    '''no ``` here'''  # nor ``` here\n    return 1\n```") == \
+        "def f():\n    '''no ``` here'''  # nor ``` here\n    return 1\n"
+    assert R.extract_code("```python\ndef f(): return 1```\nDone.") == "def f(): return 1"
+    # a usage example after the solution does not replace it: the last block that defines a function or class runs
+    usage = "```python\ndef f():\n    return 1\n```\nExample:\n```python\nprint(f())\n```\n```python\nclass A: pass\n```"
+    assert R.extract_code(usage) == "class A: pass\n"
+    assert R.extract_code(usage.rsplit("\n```python", 1)[0]) == "def f():\n    return 1\n"
+    assert R.extract_code("```python\nprint(1)\n```\n```\ndef f(): pass\n```") == "print(1)\n"  # ```python first
 
 
 def test_code_pass_fail_and_statuses():
