@@ -218,7 +218,10 @@ MUTANTS = [
      "for ep in episodes for t in ep.turns if t.role in rewarded and t.reward == 1", EXTENDING),
     # rewards.py (concepts that outlive the rewrite in progress; patterns may need updating)
     ("extract-code-first-block", "rewards.py", "extract_code", "or [None])[-1]", "or [None])[0]", REWARDS),
-    ("extract-code-inline-fence", "rewards.py", "_FENCE", 'r"^[ \\t]*```', 'r"```', REWARDS),
+    ("extract-code-inline-fence", "rewards.py", "_FENCE", 'r"^([ \\t]*)```', 'r"()```', REWARDS),
+    ("extract-code-closes-mid-line", "rewards.py", "_FENCE", "(?:^[ \\t]*```|```[ \\t]*$)", "```", REWARDS),
+    ("extract-code-usage-block-wins", "rewards.py", "extract_code", "re.search(", "not re.search(", REWARDS),
+    ("extract-code-keeps-list-indent", "rewards.py", "extract_code", "if ind else c", "if False else c", REWARDS),
     ("io-test-output-not-compared", "rewards.py", "code_check",
      'lines(r.stdout) != lines(out)', "False", REWARDS),
     ("last-boxed-takes-first-box", "rewards.py", "last_boxed",
