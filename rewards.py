@@ -9,7 +9,7 @@ so 10^{-400} is not 0); arithmetic on infinity (\\infty^0) equals no finite gold
 are not a product; 'A%' is A, or A/100 only where that is no integer (never two integer golds); Python past
 the math subset (0x10, //, 5j, a second decimal point) is refused; symbolic answers are compared at four exact
 points, never by unbounded simplification; normalisation is linear (whitespace collapsed first, long answers refused).
-code_check: the last fenced block that defines a function or class, else the last (```python first), must pass every test. Status pass | fail | timeout (wall clock,
+code_check: the last fenced block (```python first; for function tests the last defining the entry point, if any) must pass every test. Status pass | fail | timeout (wall clock,
 CPU limit or batch budget) | no_code | bad_problem (no tests, tests that assert nothing or do not parse, check() with
 no entry point, an io test expecting no output) | error (the sandbox failed). grade() scores a batch in parallel under
 a total time budget. Everything fails closed (scores 0).
@@ -515,22 +515,25 @@ def degenerate(completion: str, task: str) -> bool:
 # ----------------------------------------------------------------------------------------------- code
 
 _CHECK = re.compile(r"(?m)^def check\(")  # HumanEval's tests: a top-level check(candidate), called on the entry point
-# A block opens at a line's start (after spaces; its tag and the rest of that line matched without backtracking) and
-# closes at a fence that starts or ends a line: ``` inside a line of code (a string, a comment) does not close it.
-_FENCE = re.compile(r"^([ \t]*)```[ \t]*([\w+.#-]*)(?:[^\w+.#\n-][^\n]*)?\n(.*?)(?:^[ \t]*```|```[ \t]*$)", re.S | re.M)
+# A block opens at a line's start (after spaces), its tag and the rest of that line read without backtracking (the
+# possessive *+: an unclosed fence line of many spaces took seconds), and ends at the next ``` (even inside a line).
+_FENCE = re.compile(r"^([ \t]*)```[ \t]*+([\w+.#-]*+)[^\n]*\n(.*?)```", re.S | re.M)
 
 
-def extract_code(completion: str) -> str | None:
-    """The program a completion answers with: of its ```python blocks (else of all its fenced blocks) the last that
-    defines a function or class, else the last; less its fence's indentation (a block in a list item, as Markdown
-    reads it); None if there is none. A fence opens a block only at the start of a line (after spaces, as in
-    Markdown): ```py written inside a sentence is no block, so prose after the solution that quotes a fence cannot
-    replace it (the thirty-first review found that scoring correct solutions 0); nor can a usage example after it
-    (a red team of the twenty-eighth session: correct solutions followed by `print(f(2))` in a block of their own
-    scored 0)."""
-    blocks = [(lang.lower(), re.sub(f"(?m)^{ind}", "", c) if ind else c) for ind, lang, c in _FENCE.findall(completion)]
+def extract_code(completion: str, name: str | None = None) -> str | None:
+    """The program a completion answers with: of its ```python blocks (else of all its fenced blocks) the last, or the
+    last that defines `name` (def, class or name =) if one does, so that a usage example or a test after the solution
+    does not replace it (code_check passes the entry point of function tests; stdin programs take the last block);
+    less its fence's indentation when every line has it (a block in a list item); None if there is none. A fence
+    opens a block only at the start of a line (after spaces, as in Markdown): ```py written inside a sentence is no
+    block, so prose after the solution that quotes a fence cannot replace it (the thirty-first review found that
+    scoring correct solutions 0)."""
+    off = lambda c, ind: "\n".join(ln[len(ind):] for ln in c.split("\n")) if ind and all(  # the fence's indentation
+        ln.startswith(ind) or not ln.strip() for ln in c.split("\n")) else c  # off every line, if every line has it
+    blocks = [(lang.lower(), off(c, ind)) for ind, lang, c in _FENCE.findall(completion)]
     py = [c for lang, c in blocks if lang in ("python", "py", "python3")] or [c for _, c in blocks]
-    code = ([c for c in py if re.search(r"^(async\s+)?(def|class)\s", c, re.M)] or py or [None])[-1]
+    defines = rf"^((async\s+)?def|class)\s+{name}\b|^{name}\s*=(?!=)" if isinstance(name, str) and name.isidentifier() else 0
+    code = ([c for c in py if defines and re.search(defines, c, re.M)] or py or [None])[-1]
     return code if code and code.strip() else None
 
 
@@ -1034,9 +1037,9 @@ def code_check(completion: str, problem: dict, deadline: float | None = None) ->
     `deadline` (a time.monotonic() value). A malformed problem (see bad_problem) scores 0 with 'bad_problem'."""
     if bad_problem(problem):
         return 0.0, "bad_problem"
-    if (code := extract_code(completion)) is None:
-        return 0.0, "no_code"
     tests, io_tests = problem.get("test_code") or "", problem.get("io_tests") or []
+    if (code := extract_code(completion, problem.get("entry_point") if tests.strip() else None)) is None:
+        return 0.0, "no_code"
     limit = lambda: min(problem.get("timeout", TIMEOUT_S), float("inf") if deadline is None else deadline - time.monotonic())
     lines = lambda s: [ln.rstrip() for ln in s.rstrip().splitlines()]  # trailing whitespace is ignored
     # every run happens whatever the earlier ones gave: being run never tells a program that it passed before

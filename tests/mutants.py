@@ -219,9 +219,10 @@ MUTANTS = [
     # rewards.py (concepts that outlive the rewrite in progress; patterns may need updating)
     ("extract-code-first-block", "rewards.py", "extract_code", "or [None])[-1]", "or [None])[0]", REWARDS),
     ("extract-code-inline-fence", "rewards.py", "_FENCE", 'r"^([ \\t]*)```', 'r"()```', REWARDS),
-    ("extract-code-closes-mid-line", "rewards.py", "_FENCE", "(?:^[ \\t]*```|```[ \\t]*$)", "```", REWARDS),
     ("extract-code-usage-block-wins", "rewards.py", "extract_code", "re.search(", "not re.search(", REWARDS),
-    ("extract-code-keeps-list-indent", "rewards.py", "extract_code", "if ind else c", "if False else c", REWARDS),
+    ("extract-code-keeps-list-indent", "rewards.py", "extract_code", "if ind and all(", "if False and all(", REWARDS),
+    ("code-check-ignores-entry-point", "rewards.py", "code_check", 'problem.get("entry_point") if', "None if", REWARDS),
+    ("code-check-prefers-defs-for-stdin", "rewards.py", "code_check", 'if tests.strip() else None', "", REWARDS),
     ("io-test-output-not-compared", "rewards.py", "code_check",
      'lines(r.stdout) != lines(out)', "False", REWARDS),
     ("last-boxed-takes-first-box", "rewards.py", "last_boxed",

@@ -263,16 +263,19 @@ def test_extract_code():
     # a fence opens only at a line's start (after spaces): an inline ```py in the prose after the solution is no block
     prose = "```python\ndef f():\n    return 1\n```\nTo test it, run ```py\nf()``` in a shell."
     assert R.extract_code(prose) == "def f():\n    return 1\n"
-    # a block in a list item loses its fence's indentation (as Markdown reads it), and only that
+    # a block in a list item loses its fence's indentation (as Markdown reads it), when every line has it
     assert R.extract_code("1. The code:\n   ```python\n   def f():\n       return 1\n   ```\n") == "def f():\n    return 1\n"
-    # ``` inside a line of code (a docstring, a comment) does not close the block; one that ends a line does
-    assert R.extract_code("```python\ndef f():\n    '''no ``` here'''  # nor ``` here\n    return 1\n```") == \
-        "def f():\n    '''no ``` here'''  # nor ``` here\n    return 1\n"
-    assert R.extract_code("```python\ndef f(): return 1```\nDone.") == "def f(): return 1"
-    # a usage example after the solution does not replace it: the last block that defines a function or class runs
-    usage = "```python\ndef f():\n    return 1\n```\nExample:\n```python\nprint(f())\n```\n```python\nclass A: pass\n```"
-    assert R.extract_code(usage) == "class A: pass\n"
-    assert R.extract_code(usage.rsplit("\n```python", 1)[0]) == "def f():\n    return 1\n"
+    assert R.extract_code("1. The code:\n    ```python\ndef f():\n    return 1\n    ```\n") == "def f():\n    return 1\n    "
+    assert R.extract_code("```python\r\ndef f(): return 1```\r\nDone.") == "def f(): return 1"  # CRLF, ``` on the line
+    # a usage example or a test after the solution does not replace it: the last block defining the name given wins
+    usage = "```python\ndef f():\n    return 1\n```\nExample:\n```python\nprint(f())\n```\n```python\ndef test(): f()\n```"
+    assert R.extract_code(usage, "f") == "def f():\n    return 1\n" and R.extract_code(usage) == "def test(): f()\n"
+    assert R.extract_code(usage.replace("def f():\n    return 1", "f = lambda: 1"), "f") == "f = lambda: 1\n"
+    assert R.extract_code(usage, "g") == R.extract_code(usage, "f(") == "def test(): f()\n"  # none defines it: the last
+    prob = {"task": "code", "prompt": "", "test_code": "assert f() == 1", "entry_point": "f"}
+    assert R.code_check(usage, prob) == (1.0, "pass") and R.code_check(usage, {**prob, "entry_point": None})[0] == 0
+    io = {"task": "code", "prompt": "", "io_tests": [{"input": "", "output": "1"}], "entry_point": "f"}
+    assert R.code_check("```python\ndef f(): return 2\n```\n```python\nprint(1)\n```", io) == (1.0, "pass")  # stdin: last
     assert R.extract_code("```python\nprint(1)\n```\n```\ndef f(): pass\n```") == "print(1)\n"  # ```python first
 
 
