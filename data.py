@@ -26,12 +26,13 @@ import re
 import sys
 from pathlib import Path
 
-from rewards import gold_answer, last_boxed
+from rewards import bad_problem, gold_answer, last_boxed
 
 
 def _math_answer(value) -> str:
-    if not isinstance(value, (str, int, float)) or isinstance(value, bool):  # null, lists, ...: no gold
-        raise ValueError(f"the gold answer must be a string or a number, got {json.dumps(value)}")
+    # null, lists, NaN, 1e400 (JSON reads it as infinity): no gold
+    if not isinstance(value, (str, int, float)) or isinstance(value, bool) or value != value or value in (1e999, -1e999):
+        raise ValueError(f"the gold answer must be a string or a finite number, got {json.dumps(value)}")
     value = int(value) if isinstance(value, float) and value.is_integer() else value  # SVAMP writes 27.0
     gold = gold_answer(str(value)).strip()
     gold = gold.replace(",", "") if "####" in str(value) else gold  # GSM8K writes 1,000
@@ -136,7 +137,7 @@ def load_problems(path: str, task: str | None = None, limit: int | None = None) 
         _need(isinstance(items, list), f"{path}: a .json data file must hold a list of rows")
         rows = [(f"item {i}", r) for i, r in enumerate(items, 1)]
     else:
-        rows = [(str(i), ln) for i, ln in enumerate(text.splitlines(), 1) if ln.strip()]
+        rows = [(str(i), ln) for i, ln in enumerate(text.split("\n"), 1) if ln.strip()]  # not splitlines(): U+2028 is text
     problems, seen = [], {}
     for where, row in rows[:limit]:
         try:
@@ -145,6 +146,7 @@ def load_problems(path: str, task: str | None = None, limit: int | None = None) 
             row = {k.lower(): v for k, v in row.items()} if isinstance(row, dict) else row
             fmt, prob = _parse_row(row)
             _need(prob["task"] != "math" or prob["answer"], "empty gold answer")
+            _need(not (why := prob["task"] == "code" and bad_problem(prob)), f"no program can pass this problem: {why}")
         except (ValueError, TypeError, AttributeError, SyntaxError) as e:  # JSONDecodeError: a ValueError; tests' code
             raise ValueError(f"{path}:{where}: " + (f"invalid JSON ({e.msg})" if isinstance(e, json.JSONDecodeError)
                                                     else str(e))) from None

@@ -73,12 +73,27 @@ def test_json_list_and_limit(tmp_path):
     ('[1, 2]', "JSON object"),
     ('{"question": "Q?", "answer": null}', "gold answer must be"),
     ('{"text": "T", "test_list": ["assert f(1 == 2"]}', "never closed"),  # a test that does not parse: no traceback
+    # rows no program can pass (they loaded and trained on reward 0): tests asserting nothing, a setup that does not parse
+    ('{"task_id": "H/1", "prompt": "def f():", "test": "x = 1", "entry_point": "f"}', "no program can pass this problem"),
+    ('{"text": "T", "test_list": ["while True: pass"]}', "tests assert nothing"),
+    ('{"text": "T", "test_list": ["assert f(1)"], "test_setup_code": "def ("}', "test_code does not parse"),
+    ('{"task": "code", "prompt": "P", "test_code": "assert f(1) =="}', "test_code does not parse"),
+    ('{"question": "Q?", "answer": NaN}', "a string or a finite number, got NaN"),  # a gold nothing equals
+    ('{"question": "Q?", "answer": 1e400}', "a string or a finite number, got Infinity"),  # JSON's infinity
 ])
 def test_malformed_row_names_file_and_line(tmp_path, line, fragment):
     path = write_jsonl(tmp_path / "bad.jsonl", [ROWS["dapo"][0], ROWS["dapo"][0], line])
     with pytest.raises(ValueError) as e:
         data.load_problems(path)
     assert f"{path}:3:" in str(e.value) and fragment in str(e.value)
+
+
+def test_line_separators_inside_a_json_string_are_text(tmp_path):
+    """Regression: the file was split with splitlines(), which also splits at U+2028, U+0085 and the like, which
+    json.dumps(ensure_ascii=False) writes raw inside strings: a valid file was refused as invalid JSON."""
+    rows = [{"question": f"A\u2028B\x85C\x1cD {i}?", "answer": "#### 1"} for i in range(2)]
+    (path := tmp_path / "u.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\r\n" for r in rows), "utf-8")
+    assert [p["prompt"] for p in data.load_problems(str(path))] == [r["question"] for r in rows]
 
 
 def test_a_file_that_is_not_utf8_names_its_line(tmp_path):
