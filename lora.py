@@ -13,9 +13,9 @@ would cast the adapters too (moving devices later is fine).
 
 Left out: quantized bases (refused), DoRA / rsLoRA, LoRA on embeddings or lm_head, per-layer ranks, several adapters
 in one forward (our workflows run one role per sampler call). Merging is explicit, never on .eval() as in
-loralib (that would fight a sampler that flips modes and switches adapters): `merge_adapter` for export, and
-`with merged(model):` for sampling, which keeps the original weights and puts them back (a bf16 merge/unmerge
-round trip would not restore them exactly).
+loralib (that would fight a sampler that flips modes and switches adapters): `with merged(model):` for sampling,
+which keeps the original weights and puts them back (a bf16 merge/unmerge round trip would not restore them exactly).
+A merged model to save is PEFT's job (`export_peft`, then `merge_and_unload()`).
 
 Files: `save_adapter` writes one safetensors file per adapter (keys "<module path>.lora_A" / ".lora_B", the path
 relative to the causal LM; rank, alpha, dropout, targets in its metadata). `export_peft` (`python lora.py export`)
@@ -26,7 +26,7 @@ peft.PeftModel.from_pretrained(base, folder) loads with our logits, as do tools 
 not compute are refused (rsLoRA, per-layer alphas) or do not fit on loading (DoRA, biases, per-layer ranks,
 modules_to_save). peft itself is not needed: the format is written and read here.
 
-Usage: add_adapter(model, "generator"); with use_adapter(model, "generator"): logits = model(ids).logits
+Usage: add_adapter(model, "generator"); set_adapter(model, "generator"); logits = model(ids).logits
        save_adapter(model, "generator", "run/generator.safetensors", {"step": 10})
        python lora.py export runs/my-run peft/      # peft/<adapter>/ from the run's last checkpoint
 Tests: python -m pytest -q tests/test_lora.py
@@ -202,17 +202,6 @@ def set_adapter(model: nn.Module, name: str | None) -> None:
 
 
 @contextlib.contextmanager
-def use_adapter(model: nn.Module, name: str | None):
-    """`with use_adapter(model, "evaluator"): ...` then restore the previously active adapter."""
-    previous = active_adapter(model)
-    set_adapter(model, name)
-    try:
-        yield model
-    finally:
-        set_adapter(model, previous)
-
-
-@contextlib.contextmanager
 def merged(model: nn.Module):
     """`with merged(model): sample(...)`: the active adapter folded into the base weights for the
     duration (W + (alpha/r) B A, in fp32, stored in W's dtype), so sampling runs one matmul per layer
@@ -291,11 +280,14 @@ def read_adapter(path: str) -> tuple[dict[str, torch.Tensor], dict]:
     except SafetensorError as e:  # a file cut off or not safetensors at all: a ValueError naming it
         raise ValueError(f"{path}: not a readable safetensors file ({e})") from None
     if peft:
-        c = json.loads(Path(path, "adapter_config.json").read_text())
+        try:  # not JSON, not an object, no r or lora_alpha: a ValueError naming the file
+            c = json.loads(Path(path, "adapter_config.json").read_text())
+            meta = {"rank": c["r"], "alpha": c["lora_alpha"], "dropout": c.get("lora_dropout", 0.0),
+                    "targets": sorted({k.split(".")[-2] for k in tensors}), "model": c.get("base_model_name_or_path")}
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise ValueError(f"{path}/adapter_config.json: not a PEFT LoRA config ({type(e).__name__}: {e})") from None
         if c.get("peft_type") != "LORA" or c.get("use_rslora") or c.get("alpha_pattern"):
             raise ValueError(f"{path}: not a plain PEFT LoRA adapter (peft_type LORA, no rsLoRA, no alpha_pattern)")
-        meta = {"rank": c["r"], "alpha": c["lora_alpha"], "dropout": c.get("lora_dropout", 0.0),
-                "targets": sorted({k.split(".")[-2] for k in tensors}), "model": c.get("base_model_name_or_path")}
     elif meta.get("format") != "lora-v1":
         raise ValueError(f"{path}: not an adapter file written by save_adapter (metadata format missing)")
     cfg = {"rank": int(meta["rank"]), "alpha": float(meta["alpha"]), "dropout": float(meta["dropout"])}
@@ -352,20 +344,6 @@ def export_peft(src: str, out: str) -> list[str]:
                   "target_modules": cfg["targets"], "bias": "none", "use_dora": False, "inference_mode": True}
         Path(folder, "adapter_config.json").write_text(json.dumps(config, indent=2))
     return folders
-
-
-def merge_adapter(model: nn.Module, name: str) -> int:
-    """For export: W += (alpha/r) * B @ A (computed in fp32, stored in W's dtype) in every layer holding
-    `name`, then replace *all* wrappers by their plain nn.Linear (other adapters are dropped). The model
-    is then an ordinary HF model for save_pretrained. Returns the number of merged layers."""
-    count = len(_wrappers(model, name))
-    with torch.no_grad():
-        for path, m in _wrappers(model):
-            if name in m.adapters:
-                m.base.weight.copy_(m.merged_weight(name))
-            parent, _, attr = path.rpartition(".")
-            setattr(model.get_submodule(parent), attr, m.base)   # get_submodule("") is the model
-    return count
 
 
 if __name__ == "__main__":

@@ -170,8 +170,10 @@ def main():
                 with torch.no_grad():  # B random (a trained adapter), so the unmerged path does real work
                     for p_ in lora.adapter_parameters(model, "bench"):
                         p_.normal_(0, 0.01)
-            with lora.use_adapter(model, "bench"), (lora.merged(model) if merge else contextlib.nullcontext()):
+            lora.set_adapter(model, "bench")
+            with lora.merged(model) if merge else contextlib.nullcontext():
                 ours(name=f"ours, LoRA r{args.lora} {'merged' if merge else 'unmerged'}")
+            lora.set_adapter(model, None)
         contenders += [(f"ours, LoRA r{args.lora} unmerged", lambda: with_adapter(False)),
                        (f"ours, LoRA r{args.lora} merged", lambda: with_adapter(True))]
     if args.vllm:  # last: its engine starts at the warm-up call, after ours ran
