@@ -60,6 +60,7 @@ drawn twice into one batch (at an epoch boundary) pools into one GRPO group in o
 forms two groups when its copies land on different ranks.
 """
 import argparse
+import fcntl
 import json
 import math
 import os
@@ -83,6 +84,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import transformers
+from safetensors import SafetensorError
 from tqdm import tqdm
 
 import grpo
@@ -112,6 +114,8 @@ def main(argv=None):
     finally:
         if owner and dist.is_initialized():
             dist.destroy_process_group()
+        if getattr(args, "lock", None) is not None:  # the run folder's (load): a later main in this process may take it
+            os.close(args.lock)
 
 
 def run(args):
@@ -148,9 +152,8 @@ def run(args):
             if bad_in_a_row >= 3:
                 sys.exit(f"error: non-finite loss or gradient in {bad_in_a_row} steps in a row; stopped at step "
                          f"{step + 1} (checkpoint saved). Try a lower --lr.")
-            if stop["requested"]:
-                print(f"stopped at step {step + 1}; continue with: python train.py --out {args.out} --resume")
-                break
+            if stop["requested"]:  # exit 130: a script can tell it from a finished run
+                sys.exit(print(f"stopped at step {step + 1}; continue with: python train.py --out {args.out} --resume") or 130)
     gather(None)  # a barrier: no rank returns before rank 0 has written the last checkpoint
     if world()[0] == 0:
         print(f"done: {args.out} (metrics.jsonl, config.json, {len(checkpoints(args.out))} checkpoint(s))")
@@ -389,8 +392,10 @@ def load(args):
     device = rank_device(args.device)  # torchrun on GPUs: this rank's own
     try:
         problems = load_problems(args.data, args.task) if args.data else builtin_problems(args.task, "train", seed=args.seed)
-        eval_set = (load_problems(args.eval_data, args.task) if args.eval_data else builtin_problems(
-            args.task, "test", seed=args.seed))[:args.eval_problems] if args.eval_every else []
+        # --eval-data is checked even unused here (eval.py --run reads it later)
+        eval_set = load_problems(args.eval_data, args.task) if args.eval_data else builtin_problems(
+            args.task, "test", seed=args.seed) if args.eval_every else []
+        eval_set = eval_set[:args.eval_problems] if args.eval_every else []
         model, tok, args.model_used = load_default_model(args.model, device)
         grpo.check_logits(model)  # log-probs as the sampler's; refuses unknown logit post-processing
         torch.manual_seed(args.seed)  # the same on every rank: the adapters start equal
@@ -401,8 +406,9 @@ def load(args):
             if not args.resume and args.init_adapters:  # a warm start (a resume loads its checkpoint instead)
                 one = os.path.isfile(os.path.join(args.init_adapters, "adapter_config.json"))  # DIR is one PEFT folder
                 lora.load_adapter(model, name, args.init_adapters if one else os.path.join(args.init_adapters, name))
-    except (OSError, ValueError, RuntimeError) as e:  # also --lora-targets naming no layer, a missing --init-adapters
-        refuse(e)
+    except (OSError, ValueError, RuntimeError, SafetensorError) as e:  # also --lora-targets naming no layer, a
+        # missing or malformed --init-adapters, a model file cut off
+        refuse(f"--model {args.model}: a weights file is unreadable ({e})" if isinstance(e, SafetensorError) else e)
     # Join the process group only now: once one exists, transformers' save_pretrained writes on rank
     # 0 alone, which would leave the tiny model (built through save_pretrained) unwritten elsewhere.
     init_distributed(device)
@@ -415,8 +421,12 @@ def load(args):
     args.out = gather(args.out or default_out)[0]  # rank 0's: the ranks' clocks may straddle a second
     try:
         os.makedirs(args.out, exist_ok=True)
-    except OSError as e:  # a file on the way, no permission
-        refuse(f"--out {args.out}: {e.strerror}")
+        # rank 0 locks the folder until main ends (before anything is written): two runs in one would mix their files
+        args.lock = os.open(args.out, os.O_RDONLY) if world()[0] == 0 else None
+        if args.lock is not None:
+            fcntl.flock(args.lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:  # a file on the way, no permission, the lock held
+        refuse(f"--out {args.out}: " + ("another train.py is running in it" if isinstance(e, BlockingIOError) else e.strerror))
     if args.policy == "ip" and (args.role_weights or args.loss_agg == "role-balanced") and world()[0] == 0:
         print("note: under IP each optimizer step holds one role's rows, so --role-weights and "
               "role-balanced do not change the update (they matter under SP)", flush=True)
@@ -430,7 +440,7 @@ def record_start(args, start, device, adapters, n_problems):
     args.starts = (getattr(args, "starts", []) if args.resume else []) + [{"step": start, "command": args.command,
         "commit": git_commit(), "python": sys.version.split()[0], "torch": torch.__version__, "ranks": world()[1],
         "transformers": transformers.__version__, "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"}]
-    config = {k: v for k, v in vars(args).items() if k not in ("kl_coefs", "role_weight_map", "coherence_map", "command")}
+    config = {k: v for k, v in vars(args).items() if k not in ("kl_coefs", "role_weight_map", "coherence_map", "command", "lock")}
     if world()[0] == 0:
         if start == 0 and os.path.exists(os.path.join(args.out, "config.json")):  # metrics, samples: "w" at step 0
             print(f"note: {args.out} stopped before its first checkpoint: starting it over from step 0", flush=True)
@@ -446,23 +456,26 @@ def record_start(args, start, device, adapters, n_problems):
 
 @contextmanager
 def ctrl_c_finishes_the_step(active):
-    """Yields {"requested": False}; while `active`, the first Ctrl-C sets it (run finishes the step, saves
-    and exits) and a second aborts unsaved (one line, exit 130). Under torchrun (not active) Ctrl-C
-    interrupts at once: a flag seen by some ranks and not others would leave the rest waiting in a
-    collective. The handler it replaces is the script's for loading (top of the file); Python's own is
-    left after it, as before a run."""
+    """Yields {"requested": False}; while `active`, the first Ctrl-C or SIGTERM (kill, timeout, a job scheduler)
+    sets it (run finishes the step, saves and exits 130) and a second aborts unsaved (one line, exit 130). Under
+    torchrun (not active) both interrupt at once: a flag seen by some ranks and not others would leave the rest
+    waiting in a collective. The handler it replaces is the script's for loading (top of the file); Python's own
+    are left after it, as before a run."""
     stop = {"requested": False}
 
-    def on_sigint(signum, frame):
+    def on_signal(signum, frame):
+        what = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
         if stop["requested"]:  # one line, not a traceback; exit 130 as for Ctrl-C
-            sys.exit(print("\nCtrl-C again: stopped unsaved; --resume continues from the last checkpoint", file=sys.stderr) or 130)
+            sys.exit(print(f"\n{what} again: stopped unsaved; --resume continues from the last checkpoint", file=sys.stderr) or 130)
         stop["requested"] = True
-        print("\nCtrl-C: finishing this step, then saving a checkpoint (Ctrl-C again aborts unsaved)", flush=True)
-    signal.signal(signal.SIGINT, on_sigint if active else signal.default_int_handler)  # torchrun: KeyboardInterrupt
+        print(f"\n{what}: finishing this step, then saving a checkpoint ({what} again aborts unsaved)", flush=True)
+    signal.signal(signal.SIGINT, on_signal if active else signal.default_int_handler)  # torchrun: KeyboardInterrupt
+    signal.signal(signal.SIGTERM, on_signal if active else signal.SIG_DFL)
     try:
         yield stop
     finally:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def draw_problems(problems, consumed, count, seed):

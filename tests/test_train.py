@@ -581,6 +581,35 @@ def test_bad_files_and_run_dirs(tmp_path, capsys):
     assert snapshot(out) == before
 
 
+def test_a_second_run_in_a_running_runs_folder_is_refused(tmp_path, capsys):
+    """Regression: two train.py with one --out ran side by side, their metrics.jsonl lines interleaved and each
+    overwriting the other's checkpoints and config.json, both exit 0. Rank 0 locks the folder (flock) until main
+    ends: a second run is one line, exit 2, and writes nothing; once the first has ended the folder is free."""
+    import fcntl
+    (out := tmp_path / "run").mkdir()
+    fcntl.flock(held := os.open(out, os.O_RDONLY), fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a running train.py holds it
+    try:
+        refused(["--workflow", "single", "--steps", "1", "--out", str(out), *SMALL], capsys, "another train.py is running in it")
+        assert os.listdir(out) == []
+    finally:
+        os.close(held)
+    train.main(["--workflow", "single", "--steps", "1", "--out", str(out), *SMALL])
+    train.main(["--out", str(out), "--resume", "--steps", "2"])  # the same process again: the first main let it go
+    assert [x["step"] for x in read_metrics(str(out))] == [1, 2]
+
+
+def test_a_truncated_model_file_and_an_unused_missing_eval_data_are_one_line(tmp_path, capsys):
+    """Regression: a cut-off model.safetensors gave a 31-line SafetensorError traceback; a missing --eval-data was
+    accepted without --eval-every (and eval.py --run failed on it later)."""
+    models_mod = __import__("models")
+    models_mod.build_tiny(folder := tmp_path / "model")
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-100])
+    refused(["--model", str(folder), "--device", "cpu", "--out", str(tmp_path / "a")], capsys, "a weights file is unreadable")
+    refused([*SMALL, "--eval-data", str(tmp_path / "no.jsonl"), "--out", str(tmp_path / "b")], capsys, "no such data file")
+    assert not os.path.exists(tmp_path / "a") and not os.path.exists(tmp_path / "b")
+
+
 @pytest.mark.parametrize("flag,path,message", [
     ("--model", "no-model-here", "no such model folder or file: {path}"),
     ("--data", "missing.jsonl", "{path}: no such data file"),
@@ -837,18 +866,23 @@ def test_micro_batches_count_prompt_tokens(tiny, monkeypatch):
     assert any(seen) and all(min(lengths) > 6 for lengths in seen if lengths), seen  # [] where no row is selected
 
 
-def test_ctrl_c_finishes_the_step_saves_and_resume_continues(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_ctrl_c_or_sigterm_finishes_the_step_saves_and_resume_continues(tmp_path, monkeypatch, capsys, sig):
+    """Ctrl-C, or SIGTERM (kill, timeout, a job scheduler; it lost every step since the last checkpoint): the
+    step finishes, a checkpoint is saved and the exit code is 130 (it was 0, as for a finished run)."""
     import signal
     monkeypatch.setattr(workflows.rewards, "grade", fake_grade)
     real_step = train.train_step
 
     def interrupted_in_step_2(*a):
         if a[-1] == 2:
-            os.kill(os.getpid(), signal.SIGINT)  # as if the user pressed Ctrl-C during step 2
+            os.kill(os.getpid(), getattr(signal, sig))  # as if the user pressed Ctrl-C during step 2, or kill ran
         return real_step(*a)
     monkeypatch.setattr(train, "train_step", interrupted_in_step_2)
     out = str(tmp_path / "run")
-    train.main(["--workflow", "single", "--steps", "4", "--save-every", "10", "--out", out, *SMALL])
+    with pytest.raises(SystemExit) as stopped:
+        train.main(["--workflow", "single", "--steps", "4", "--save-every", "10", "--out", out, *SMALL])
+    assert stopped.value.code == 130 and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
     assert [x["step"] for x in read_metrics(out)] == [1, 2]
     assert os.path.isdir(os.path.join(out, "step_000002"))
     assert "--resume" in capsys.readouterr().out
