@@ -182,6 +182,7 @@ import re
 import select
 import signal
 import subprocess
+import symtable
 import sys
 import tempfile
 import threading
@@ -518,22 +519,25 @@ _CHECK = re.compile(r"(?m)^def check\(")  # HumanEval's tests: a top-level check
 # A block opens at a line's start (after spaces), its tag and the rest of that line read without backtracking (the
 # possessive *+: an unclosed fence line of many spaces took seconds), and ends at the next ``` (even inside a line).
 _FENCE = re.compile(r"^([ \t]*)```[ \t]*+([\w+.#-]*+)[^\n]*\n(.*?)```", re.S | re.M)
+warnings.filterwarnings("ignore", module="<extract_code>")  # what compiling a program warns of (escapes): its own business
 
 
 def extract_code(completion: str, name: str | None = None) -> str | None:
     """The program a completion answers with: of its ```python blocks (else of all its fenced blocks) the last, or the
-    last that defines `name` (def, class or name =) if one does, so that a usage example or a test after the solution
+    last that binds `name` at module level if one does (symtable), so that a usage example or a test after the solution
     does not replace it (code_check passes the entry point of function tests; stdin programs take the last block);
     less its fence's indentation when every line has it (a block in a list item); None if there is none. A fence
     opens a block only at the start of a line (after spaces, as in Markdown): ```py written inside a sentence is no
     block, so prose after the solution that quotes a fence cannot replace it (the thirty-first review found that
     scoring correct solutions 0)."""
-    off = lambda c, ind: "\n".join(ln[len(ind):] for ln in c.split("\n")) if ind and all(  # the fence's indentation
-        ln.startswith(ind) or not ln.strip() for ln in c.split("\n")) else c  # off every line, if every line has it
-    blocks = [(lang.lower(), off(c, ind)) for ind, lang, c in _FENCE.findall(completion)]
+    off = lambda c, ind: re.sub(f"(?m)^{ind}", "", c) if ind and not re.search(f"(?m)^(?!{ind})[ \t]*\\S", c) else c
+    blocks = [(lang.lower(), off(c, ind)) for ind, lang, c in _FENCE.findall(completion)]  # indentation off if all have it
     py = [c for lang, c in blocks if lang in ("python", "py", "python3")] or [c for _, c in blocks]
-    defines = rf"^((async\s+)?def|class)\s+{name}\b|^{name}\s*=(?!=)" if isinstance(name, str) and name.isidentifier() else 0
-    code = ([c for c in py if defines and re.search(defines, c, re.M)] or py or [None])[-1]
+
+    def binds(c):  # the module binds `name` (def, class, =, an import, also in if / try), read without running it
+        with contextlib.suppress(SyntaxError, ValueError, KeyError, RecursionError, MemoryError):
+            return (s := symtable.symtable(c, "<extract_code>", "exec").lookup(name)).is_assigned() or s.is_imported()
+    code = ([c for c in py if isinstance(name, str) and binds(c)] or py or [None])[-1]
     return code if code and code.strip() else None
 
 

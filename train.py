@@ -393,9 +393,8 @@ def load(args):
     try:
         problems = load_problems(args.data, args.task) if args.data else builtin_problems(args.task, "train", seed=args.seed)
         # --eval-data is checked even unused here (eval.py --run reads it later)
-        eval_set = load_problems(args.eval_data, args.task) if args.eval_data else builtin_problems(
-            args.task, "test", seed=args.seed) if args.eval_every else []
-        eval_set = eval_set[:args.eval_problems] if args.eval_every else []
+        eval_set = (load_problems(args.eval_data, args.task) if args.eval_data else builtin_problems(
+            args.task, "test", seed=args.seed) if args.eval_every else [])[:args.eval_problems if args.eval_every else 0]
         model, tok, args.model_used = load_default_model(args.model, device)
         grpo.check_logits(model)  # log-probs as the sampler's; refuses unknown logit post-processing
         torch.manual_seed(args.seed)  # the same on every rank: the adapters start equal
@@ -428,8 +427,7 @@ def load(args):
     except OSError as e:  # a file on the way, no permission, the lock held
         refuse(f"--out {args.out}: " + ("another train.py is running in it" if isinstance(e, BlockingIOError) else e.strerror))
     if args.policy == "ip" and (args.role_weights or args.loss_agg == "role-balanced") and world()[0] == 0:
-        print("note: under IP each optimizer step holds one role's rows, so --role-weights and "
-              "role-balanced do not change the update (they matter under SP)", flush=True)
+        print("note: under IP --role-weights and role-balanced do not change the update (a step holds one role)", flush=True)
     return problems, eval_set, model, tok, adapters, {name: torch.optim.AdamW(
         lora.adapter_parameters(model, name), lr=args.lr, weight_decay=args.weight_decay) for name in adapters}
 
@@ -464,11 +462,10 @@ def ctrl_c_finishes_the_step(active):
     stop = {"requested": False}
 
     def on_signal(signum, frame):
-        what = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
         if stop["requested"]:  # one line, not a traceback; exit 130 as for Ctrl-C
-            sys.exit(print(f"\n{what} again: stopped unsaved; --resume continues from the last checkpoint", file=sys.stderr) or 130)
+            sys.exit(print("\nCtrl-C/SIGTERM again: stopped unsaved; --resume continues from the last checkpoint", file=sys.stderr) or 130)
         stop["requested"] = True
-        print(f"\n{what}: finishing this step, then saving a checkpoint ({what} again aborts unsaved)", flush=True)
+        print("\nCtrl-C/SIGTERM: finishing this step, then saving a checkpoint (a second one aborts unsaved)", flush=True)
     signal.signal(signal.SIGINT, on_signal if active else signal.default_int_handler)  # torchrun: KeyboardInterrupt
     signal.signal(signal.SIGTERM, on_signal if active else signal.SIG_DFL)
     try:

@@ -219,8 +219,9 @@ MUTANTS = [
     # rewards.py (concepts that outlive the rewrite in progress; patterns may need updating)
     ("extract-code-first-block", "rewards.py", "extract_code", "or [None])[-1]", "or [None])[0]", REWARDS),
     ("extract-code-inline-fence", "rewards.py", "_FENCE", 'r"^([ \\t]*)```', 'r"()```', REWARDS),
-    ("extract-code-usage-block-wins", "rewards.py", "extract_code", "re.search(", "not re.search(", REWARDS),
-    ("extract-code-keeps-list-indent", "rewards.py", "extract_code", "if ind and all(", "if False and all(", REWARDS),
+    ("extract-code-usage-block-wins", "rewards.py", "extract_code", "and binds(c)", "and not binds(c)", REWARDS),
+    ("extract-code-keeps-list-indent", "rewards.py", "extract_code", "if ind and not", "if False and not", REWARDS),
+    ("extract-code-strips-partial-indent", "rewards.py", "extract_code", "if ind and not re.search(", "if ind or re.search(", REWARDS),
     ("code-check-ignores-entry-point", "rewards.py", "code_check", 'problem.get("entry_point") if', "None if", REWARDS),
     ("code-check-prefers-defs-for-stdin", "rewards.py", "code_check", 'if tests.strip() else None', "", REWARDS),
     ("io-test-output-not-compared", "rewards.py", "code_check",

@@ -270,7 +270,9 @@ def test_extract_code():
     # a usage example or a test after the solution does not replace it: the last block defining the name given wins
     usage = "```python\ndef f():\n    return 1\n```\nExample:\n```python\nprint(f())\n```\n```python\ndef test(): f()\n```"
     assert R.extract_code(usage, "f") == "def f():\n    return 1\n" and R.extract_code(usage) == "def test(): f()\n"
-    assert R.extract_code(usage.replace("def f():\n    return 1", "f = lambda: 1"), "f") == "f = lambda: 1\n"
+    for final in ("f = lambda: 1", "f: object = lambda: 1", "from math import gcd as f", "try:\n    def f(): pass\nexcept Exception:\n    pass"):
+        draft = "```python\ndef f(): return 0\n```\nBetter:\n"  # the last block binding f wins, however it binds it (symtable)
+        assert R.extract_code(draft + usage.replace("def f():\n    return 1", final), "f") == final + "\n"
     assert R.extract_code(usage, "g") == R.extract_code(usage, "f(") == "def test(): f()\n"  # none defines it: the last
     prob = {"task": "code", "prompt": "", "test_code": "assert f() == 1", "entry_point": "f"}
     assert R.code_check(usage, prob) == (1.0, "pass") and R.code_check(usage, {**prob, "entry_point": None})[0] == 0

@@ -913,7 +913,7 @@ def test_second_ctrl_c_aborts_with_one_line(tmp_path, monkeypatch, capsys):
     except KeyboardInterrupt:  # what it did: a traceback (and here, pytest's own interruption)
         pytest.fail("the second Ctrl-C raised KeyboardInterrupt")
     err = capsys.readouterr().err  # with tqdm's bar
-    assert code == 130 and "\nCtrl-C again: stopped unsaved; --resume continues" in err and "Traceback" not in err
+    assert code == 130 and "\nCtrl-C/SIGTERM again: stopped unsaved; --resume continues" in err and "Traceback" not in err
     assert train.checkpoints(out) == ["step_000002"] and signal.getsignal(signal.SIGINT) is signal.default_int_handler
     monkeypatch.setattr(train, "train_step", real_step)
     train.main(["--out", out, "--resume"])
