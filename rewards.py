@@ -9,7 +9,7 @@ so 10^{-400} is not 0); arithmetic on infinity (\\infty^0) equals no finite gold
 are not a product; 'A%' is A, or A/100 only where that is no integer (never two integer golds); Python past
 the math subset (0x10, //, 5j, a second decimal point) is refused; symbolic answers are compared at four exact
 points, never by unbounded simplification; normalisation is linear (whitespace collapsed first, long answers refused).
-code_check: the last fenced block (```python first; for function tests the last defining the entry point, if any)
+code_check: the last fenced block (```python first; for function tests the last binding the entry point, if any)
 must pass every test. Status pass | fail | timeout (wall clock, CPU limit or batch budget) | no_code | bad_problem (no
 tests, tests that assert nothing or do not parse, check() with no entry point, an io test expecting no output) | error
 (the sandbox failed). grade() scores a batch in parallel under a total time budget. Everything fails closed (scores 0).

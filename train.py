@@ -21,8 +21,8 @@ later steps need, then update.
 The token weighting of the loss is explicit (--loss-agg, --role-weights) and each role's share of
 it is logged, as is everything in metrics.jsonl, with a reward-hacking monitor (the most common
 final answer's share, degenerate rewarded answers per role: workflows.answer_monitor). Checkpoints
-are written atomically every --save-every steps and at the end; Ctrl-C finishes the current step,
-saves, and exits (Ctrl-C while loading: one line, exit code 130, nothing lost). --resume continues
+are written atomically every --save-every steps and at the end; Ctrl-C or SIGTERM finishes the current
+step, saves, and exits 130 (Ctrl-C while loading: one line, exit code 130, nothing lost). --resume continues
 with the run's own settings (config.json): a flag given with another value is an error, except
 --steps, the save / eval / sample cadences and --token-budget; a run stopped before its first
 checkpoint starts over. config.json also records where each start came from ("starts": step, command
@@ -54,8 +54,8 @@ more ranks the new ranks start fresh streams seeded (seed, rank, step), on fewer
 streams are unused, and either way the problems fall to other ranks than before: the run continues
 correctly but does not replay what an uninterrupted run would have sampled.
 Left out: overlapping the all-reduce with backward (DDP buckets), sharded models (each rank holds
-the whole model), splitting evaluation across ranks, balancing ranks by episode length, and Ctrl-C
-saving under torchrun (it stops at once; resume from the last --save-every checkpoint). A problem
+the whole model), splitting evaluation across ranks, balancing ranks by episode length, and Ctrl-C /
+SIGTERM saving under torchrun (it stops at once; resume from the last --save-every checkpoint). A problem
 drawn twice into one batch (at an epoch boundary) pools into one GRPO group in one process but
 forms two groups when its copies land on different ranks.
 """

@@ -7,8 +7,8 @@
 # Idempotent: does nothing once the folder is complete.
 # Use in the last chunk's call (carry the last chunk and .whl):  bash bench/h200_setup.sh [0.5b|1.5b] && ...
 set -euo pipefail
-# the joined GGUF's sha256 (../shared/tools/prepare-model-chunks.sh): a chunk missing or cut short is named, and the
-# chunks are kept (removed only once the joined file is whole), so only the missing ones need sending again
+# the joined GGUF's sha256 (../shared/tools/prepare-model-chunks.sh): a chunk missing or cut short is one line naming
+# the chunks there, and they are kept (removed only once the joined file is whole), so only the missing ones need sending again
 dir=/root/mdl sha=1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32 n=10
 [ "${1:-0.5b}" = 1.5b ] && dir=/root/mdl15 sha=cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046 n=22
 [ -f $dir/hf/.done ] && exit 0  # written after the weights and the tokenizer: a cut-off conversion reruns
@@ -17,7 +17,7 @@ if [ ! -f $dir/model.gguf ] || [ "$(sha256sum < $dir/model.gguf | cut -d' ' -f1)
     cat $dir/part* > $dir/model.gguf.tmp 2> /dev/null || true
     if [ "$(sha256sum < $dir/model.gguf.tmp | cut -d' ' -f1)" != $sha ]; then
         rm -f $dir/model.gguf.tmp
-        echo "h200_setup.sh: error: the $have chunk(s) in $dir ($(ls $dir | grep '^part' | tr '\n' ' ')) do not join to the model (sha256): $n are sent, one per call" >&2
+        echo "h200_setup.sh: error: the $have chunk(s) in $dir ($(ls $dir | grep '^part' | tr '\n' ' ')) do not join to the model (sha256): $n are expected, one per call" >&2
         exit 1
     fi
     mv $dir/model.gguf.tmp $dir/model.gguf && rm -f $dir/part*
