@@ -537,7 +537,7 @@ def extract_code(completion: str, name: str | None = None) -> str | None:
     def binds(c):  # the module binds `name` (def, class, =, an import, also in if / try), read without running it
         with contextlib.suppress(SyntaxError, ValueError, KeyError, RecursionError, MemoryError):
             return (s := symtable.symtable(c, "<extract_code>", "exec").lookup(name)).is_assigned() or s.is_imported()
-    code = ([c for c in py if isinstance(name, str) and binds(c)] or py or [None])[-1]
+    code = ([c for c in py if len(py) > 1 and isinstance(name, str) and binds(c)] or py or [None])[-1]  # one: no choice
     return code if code and code.strip() else None
 
 
