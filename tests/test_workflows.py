@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import lora
+import rewards
 import workflows
 from models import chat_ids
 from workflows import (WORKFLOWS, Turn, make_policy, parse_choice, parse_strategies, parse_verdict,
@@ -478,5 +479,10 @@ def test_answer_monitor_code_and_long_answers():
                                                     _ep([("generator", ADD)], 0)], "code")
     assert monitor == {"hint_answers": None, "answer_top_share": 2 / 3, "answer_top": ADD.split("\n", 1)[1].rsplit("```", 1)[0].strip()}
     assert degenerate == {"generator": 1 / 2}
+    # the graded block, not only the last one: a solution with an always-equal class, then a usage block; and the
+    # class-attribute form (`__eq__ = lambda ...`, the red team's always-equal programs) with no `def`
+    later = eq + "\n\nUsage:\n```python\nprint(add(1, 2))\n```"
+    attr = "```python\nclass Y:\n    __eq__ = lambda s, o: True\n\ndef add(a, b):\n    return Y()\n```"
+    assert [rewards.degenerate(t, "code") for t in (later, attr, ADD)] == [True, True, False]
     long = "\\boxed{" + "1" * 200 + "}"
     assert len(workflows.answer_monitor([_ep([("generator", long)], 0)], "math")[0]["answer_top"]) == 80
