@@ -44,7 +44,7 @@ import lora
 from data import append_jsonl, builtin_problems, load_problems, read_jsonl
 from models import TINY, load_default_model
 from rewards import final_answer
-from train import checkpoints, refuse
+from train import checkpoints, refuse, run_config
 from workflows import ANSWER_ROLES, WORKFLOWS, adapter_map, answer_monitor, fmt, make_policy, mean, run_workflow
 
 EVAL_KEYS = ("n", "temperature", "greedy", "max_new_tokens", "top_p", "max_prompt_tokens", "rounds", "voters",
@@ -250,11 +250,9 @@ def settings_and_problems(args, config, model, task):
 def main_run(args):
     """Evaluate step 0 (base) and the checkpoints of args.run with one seed; append to eval.jsonl; table."""
     run, path = args.run, os.path.join(args.run, "eval.jsonl")
-    if not os.path.isfile(os.path.join(run, "config.json")):
-        raise FileNotFoundError(f"{run}: not a run directory (no config.json)" if os.path.isdir(run)
+    if (config := run_config(run)) is None:  # none, not JSON, or someone else's
+        raise FileNotFoundError(f"{run}: not a run directory (no config.json of train.py)" if os.path.isdir(run)
                                 else f"no such run directory: {run}")
-    with open(os.path.join(run, "config.json")) as f:
-        config = json.load(f)
     if not (steps := [(int(c[5:]), c) for c in checkpoints(run)]):
         raise ValueError(f"{run} has no checkpoints (step_* folders): nothing to evaluate")
     steps = [(0, None)] + [s for s in steps if s[0] % args.every == 0 or s == steps[-1]]

@@ -19,6 +19,7 @@ import tempfile
 
 import torch
 import transformers
+from safetensors import SafetensorError
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 transformers.utils.logging.disable_progress_bar()  # per-shard bars drown the training bar
@@ -85,7 +86,15 @@ def _from_pretrained(spec, dtype, **kw):
     the model's lookup of a PEFT adapter, which transformers 5.25 (with peft installed) otherwise sends to the hub: ~23 s
     of retries and ten lines of warnings before the fallback to the tiny model on a machine with no network."""
     offline = {"local_files_only": kw.get("local_files_only", False)}
-    return AutoModelForCausalLM.from_pretrained(spec, dtype=dtype, adapter_kwargs=offline, **kw), AutoTokenizer.from_pretrained(spec, **kw)
+    try:  # a weights file cut off: one line naming the model
+        model = AutoModelForCausalLM.from_pretrained(spec, dtype=dtype, adapter_kwargs=offline, **kw)
+    except SafetensorError as e:
+        raise ValueError(f"model {spec}: a weights file is unreadable ({e})") from None
+    # a folder without tokenizer files gets a stock tokenizer, with no chat template (chat_ids needs one)
+    tok = AutoTokenizer.from_pretrained(spec, **kw)
+    if tok.chat_template is None or len(tok) > model.get_input_embeddings().num_embeddings:
+        raise ValueError(f"model {spec}: its tokenizer has no chat template or more tokens than the model has")
+    return model, tok
 
 
 def _load_pretrained(spec, dtype):

@@ -84,7 +84,6 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import transformers
-from safetensors import SafetensorError
 from tqdm import tqdm
 
 import grpo
@@ -405,9 +404,8 @@ def load(args):
             if not args.resume and args.init_adapters:  # a warm start (a resume loads its checkpoint instead)
                 one = os.path.isfile(os.path.join(args.init_adapters, "adapter_config.json"))  # DIR is one PEFT folder
                 lora.load_adapter(model, name, args.init_adapters if one else os.path.join(args.init_adapters, name))
-    except (OSError, ValueError, RuntimeError, SafetensorError) as e:  # also --lora-targets naming no layer, a
-        # missing or malformed --init-adapters, a model file cut off
-        refuse(f"--model {args.model}: a weights file is unreadable ({e})" if isinstance(e, SafetensorError) else e)
+    except (OSError, ValueError, RuntimeError) as e:  # also --lora-targets naming no layer, a missing or malformed
+        refuse(e)  # --init-adapters, a model file cut off (models.load_model)
     # Join the process group only now: once one exists, transformers' save_pretrained writes on rank
     # 0 alone, which would leave the tiny model (built through save_pretrained) unwritten elsewhere.
     init_distributed(device)
@@ -699,10 +697,7 @@ def run_folder(p, argv, args):
     before its first checkpoint has nothing to continue: it starts over from step 0 (run says so), with
     its saved settings under --resume, else with the flags given."""
     out = args.out or p.error("--resume needs --out DIR (the run to continue)")
-    config = None
-    with suppress(OSError, ValueError):  # no config.json, or not JSON: not a run of train.py
-        config = json.loads(Path(out, "config.json").read_text())
-    ours = isinstance(config, dict) and {"workflow", "policy", "model_used"} <= config.keys()
+    ours = (config := run_config(out)) is not None
     if not ours and os.path.exists(out) and not (os.path.isdir(out) and not os.listdir(out)):
         p.error(f"--out {out} is {'a file' if os.path.isfile(out) else 'a folder of something else'}: not a run of "
                 "train.py, nor a new or empty folder")
@@ -722,6 +717,13 @@ def run_folder(p, argv, args):
         print(f"note: {out}/config.json predates {', '.join(f'{flag(k)} {defaults[k]}' for k in new)}: using these defaults")
     return argparse.Namespace(**{**saved, **{k: given[k] for k in RESUMABLE if given[k] is not unset},
                                  "resume": bool(checkpoints(out)), "out": out})
+
+
+def run_config(out):
+    """The config.json of run folder `out` when it is train.py's (a JSON object with its keys), else None."""
+    with suppress(OSError, ValueError):  # no config.json, or not JSON: not a run of train.py
+        config = json.loads(Path(out, "config.json").read_text())
+        return config if isinstance(config, dict) and {"workflow", "task", "policy", "model_used"} <= config.keys() else None
 
 
 def parse_role_values(p, flag, text, workflow, sign):

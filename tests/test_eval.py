@@ -243,7 +243,7 @@ def test_clear_errors(run_dir, tmp_path, capsys):
         assert e.value.code == 2 and err.startswith("error: ") and err.count("\n") == 1 and message in err, (e.value, err)
     empty = tmp_path / "empty"
     empty.mkdir()
-    (empty / "config.json").write_text(json.dumps({"workflow": "single"}))
+    (empty / "config.json").write_text(json.dumps({"workflow": "single", "task": "math", "policy": "sp", "model_used": "tiny"}))
     fails(["--run", str(empty)], "has no checkpoints")
     fails(["--run", str(tmp_path / "missing")], "no such run directory")
     fails(["--compare", str(tmp_path / "missing"), run_dir], "no such run directory")  # the first bad one is named
@@ -351,6 +351,33 @@ def test_a_missing_path_is_exit_2_naming_it(tmp_path, capsys, flag, message):
         ev.main([*(["--model", "tiny"] if flag != "--model" else []), flag, path])
     err = capsys.readouterr().err
     assert (e.value.code, err) == (2, f"error: {message.format(path=path)}\n")
+
+
+def test_a_foreign_run_or_model_folder_is_one_line(tmp_path, capsys):
+    """Regression (README's leftovers): eval.py --run read a folder whose config.json is not train.py's (an HF model
+    folder's) as a run (a KeyError once it held step_* folders), one not JSON gave a JSON error naming no file; a
+    model folder without tokenizer files
+    loaded a stock tokenizer and failed at the first call with a traceback; a cut-off weights file was a traceback.
+    Each is one line naming the folder, exit code 2."""
+    import models
+    (hf := tmp_path / "hf").mkdir()
+    (hf / "config.json").write_text('{"model_type": "qwen2"}')
+    (bad := tmp_path / "bad").mkdir()
+    (bad / "config.json").write_text("{not json")
+    models.build_tiny(no_tok := tmp_path / "no_tokenizer")
+    for f in no_tok.iterdir():
+        if f.name.startswith(("tokenizer", "special", "chat")):
+            f.unlink()
+    models.build_tiny(cut := tmp_path / "cut")
+    (cut / "model.safetensors").write_bytes((cut / "model.safetensors").read_bytes()[:-100])
+    for argv, message in ((["--run", str(hf)], f"{hf}: not a run directory (no config.json of train.py)"),
+                          (["--run", str(bad)], f"{bad}: not a run directory (no config.json of train.py)"),
+                          (["--model", str(no_tok)], f"model {no_tok}: its tokenizer has no chat template"),
+                          (["--model", str(cut)], f"model {cut}: a weights file is unreadable")):
+        with pytest.raises(SystemExit) as e:
+            ev.main([*argv, "--device", "cpu"])
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and err.startswith(f"error: {message}") and err.count("\n") == 1, err
 
 
 def test_ctrl_c_while_importing_is_one_line_and_exit_130(tmp_path):
