@@ -66,10 +66,8 @@ class LoRALinear(nn.Module):
         self.active = None                    # adapter used by forward; None = base layer only
 
     # Forward the attributes HF code sometimes reads from a projection (e.g. `q_proj.weight.dtype`).
-    weight = property(lambda self: self.base.weight)
-    bias = property(lambda self: self.base.bias)
-    in_features = property(lambda self: self.base.in_features)
-    out_features = property(lambda self: self.base.out_features)
+    weight, bias, in_features, out_features = (property(lambda self, a=a: getattr(self.base, a))
+                                               for a in ("weight", "bias", "in_features", "out_features"))
 
     def add(self, name: str, rank: int, alpha: float, dropout: float, generator=None):
         # kaiming_uniform_(a=sqrt(5)) on (r, in) is U(-1/sqrt(in), 1/sqrt(in)), as nn.Linear's own init and

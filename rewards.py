@@ -272,8 +272,7 @@ def _normalize(s: str) -> tuple[str, bool]:
         s = s.split("=")[1].strip()
     if re.fullmatch(r"[-+]?\d{1,3}(,\d{3})+(\.\d+)?", s.replace(" ", "")):   # 1,000 -> 1000
         s = s.replace(",", "").replace(" ", "")
-    s = re.sub(r"_\{(\w+)\}", r"_\1", s)  # base subscripts: 4210_{5} -> 4210_5
-    return re.sub(r"\s+", " ", s), pct
+    return re.sub(r"\s+", " ", re.sub(r"_\{(\w+)\}", r"_\1", s)), pct  # base subscripts: 4210_{5} -> 4210_5
 
 
 def _depths(s: str):
@@ -453,9 +452,7 @@ def _equal(p: str, g: str) -> bool:
     if tp is None or tg is None or ("oo" in tp) != ("oo" in tg):  # \infty^0 is 1 to sympy, and no answer of 1
         return False
     np_, ng = _number(tp), _number(tg)
-    if np_ is not None and ng is not None:
-        return np_ == ng  # exact: 0.5 == 1/2, but 0.33 != 1/3
-    return _SYMPY.equal(tp, tg)
+    return np_ == ng if np_ is not None and ng is not None else _SYMPY.equal(tp, tg)  # exact: 0.5 == 1/2, 0.33 != 1/3
 
 
 def _drop_words(s: str, other: str) -> str:

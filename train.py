@@ -174,13 +174,11 @@ def train_step(model, tok, problems, args, optimizers, gen, step):
         start = {role: sum(c[role] for _, c in counts[:rank]) for role in WORKFLOWS[args.workflow].roles}
         order = {role: iter(range(s, s + len(rows))) for role, s in start.items()}  # places in the batch
         instance_index = [next(order[r.role]) // sum(e for e, _ in counts) for r in rows]
-    groups = update_groups(rows, instance_index, args)  # under torchrun its gather waits for the slowest rank
-    t1 = time.perf_counter()
+    groups, t1 = update_groups(rows, instance_index, args), time.perf_counter()  # torchrun: waits for every rank
     adv, singletons = grpo.group_advantages(keys, [r.reward for r in rows], scale=not args.adv_mean_only)
-    old_lp, ref_lp = old_and_ref_logprobs(model, rows, adv, groups, args)
-    t2 = time.perf_counter()
-    stats = {role: role_stats() for role in WORKFLOWS[args.workflow].roles}
-    skipped, by_adapter = 0, Counter()  # by_adapter: update seconds per adapter
+    (old_lp, ref_lp), t2 = old_and_ref_logprobs(model, rows, adv, groups, args), time.perf_counter()
+    # by_adapter: update seconds per adapter
+    stats, skipped, by_adapter = {role: role_stats() for role in WORKFLOWS[args.workflow].roles}, 0, Counter()
     for adapter, idx in groups:  # update_groups names the adapter: "shared" under SP, the role under IP
         pick, start = lambda xs: [xs[i] for i in idx], time.perf_counter()
         skipped += not optimizer_step(model, adapter, pick(rows), pick(adv), pick(old_lp), pick(ref_lp),
@@ -532,11 +530,10 @@ def load_checkpoint(args, model, adapters, optimizers, gen):
     rank, n = world()
     folder = os.path.join(args.out, checkpoints(args.out)[-1])
     try:
-        for name in adapters:
-            lora.load_adapter(model, name, os.path.join(folder, f"{name}.safetensors"))
         state = torch.load(os.path.join(folder, "state.pt"), weights_only=False, map_location="cpu")
-        for k, o in optimizers.items():
-            o.load_state_dict(state["optimizers"][k])
+        for name in adapters:  # the optimizers' names (load)
+            lora.load_adapter(model, name, os.path.join(folder, f"{name}.safetensors"))
+            optimizers[name].load_state_dict(state["optimizers"][name])
         saved = [state["rng"], *state.get("rng_ranks", [])]
         if rank < len(saved):
             torch.set_rng_state(saved[rank]["torch"])
