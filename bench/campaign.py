@@ -260,8 +260,6 @@ def build_record(run_dir, name, model_name, eval_data, eval_problems, eval_n, ex
                             # entropy None where no row of the role ran (every advantage 0): unknown, not 0
                             "entropy": per_role("entropy"), **({"coherence_scale": scales} if scales else {})},
             **({"transfers": t} if (t := transfers(run_dir, curve[-1]["step"])) else {}),
-            # bench/carry.sh's CARRY_MOMENTS=bf16: where its checkpoint crossed sessions with rounded AdamW moments
-            **({"carried": c} if (c := read_jsonl(os.path.join(run_dir, "carried.jsonl"))) else {}),
             "git_commit": git_commit(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             **(extra or {})}
 

@@ -52,13 +52,7 @@
 # (CARRY_CALL_BYTES). unpack extracts into RUNS_DIR/.NAME.unpack.tmp and renames it RUNS_DIR/NAME.
 #
 # A multi-agent checkpoint is 0.85-1.3 GB (fp32 adapters and AdamW states): 52-79 parts, 13-20 calls out
-# and 18-27 calls in, all within one machine's lease each way. CARRY_MOMENTS=bf16 (pack; needs python3 with torch,
-# or CARRY_PYTHON) packs a copy whose AdamW moments (exp_avg, exp_avg_sq; not I6's coherence EMA) are rounded to bf16,
-# each within 2^-9 of its value, and appends {"step": N, "moments": "bf16"} to the run's carried.jsonl, which
-# travels with it and goes into its campaign record (`carried`): an Eval-Opt IP checkpoint at 0.5B, 845 MB, packs
-# into 35 parts instead of 52 (9 calls out instead of 13, 12 in instead of 18; measured on a checkpoint of the
-# real model's shapes). AdamW's load_state_dict casts the moments back to fp32 on --resume; the run then continues
-# from moments that differ from the saved ones by that rounding (the adapters themselves travel exactly). Measured 2026-12-01: one `out` call (4 parts
+# and 18-27 calls in, all within one machine's lease each way. Measured 2026-12-01: one `out` call (4 parts
 # and 2 logs, 64 MiB) cost 18.5 s of lease time, so 1.2 GB out is about 6 minutes: stop training early enough. Parts are 15.75 MiB (CARRY_PART_BYTES, at
 # most 16 MiB), so that 4 of them and NAME.sha256 fit under $OUT's 64 MiB (CARRY_OUT_BYTES, 64 MiB - 64 KiB)
 # and 3 with the checkout under a call's 64 MiB. Every error is one line on stderr and a non-zero exit.
@@ -179,32 +173,12 @@ cmd_pack() {
             | grep -E "\"step\": $((10#${d##*/step_}))[,}]" > /dev/null || unevaluated+=("${d##*/}")
     done
     [ ${#unevaluated[@]} -eq 0 ] || warn "$run/eval.jsonl has no line for ${unevaluated[*]}, which will not travel (only $last does): their points are lost from the run's curve"
-    for f in config.json metrics.jsonl samples.txt eval.jsonl carried.jsonl; do
+    for f in config.json metrics.jsonl samples.txt eval.jsonl; do
         [ -f "$run/$f" ] && files+=("$name/$f")
     done
     mkdir -p "$carry"
     rm -f "$carry/$name".tar.[0-9][0-9][0-9] "$carry/$name.sha256"
-    if [ "${CARRY_MOMENTS:-fp32}" = bf16 ]; then  # a copy with the AdamW moments rounded, noted in carried.jsonl
-        rm -rf "$carry/.stage" && mkdir -p "$carry/.stage/$name"
-        for f in "${files[@]}"; do cp "$parent/$f" "$carry/.stage/$f"; done
-        cp -r "$run/$last" "$carry/.stage/$name/"
-        if ! ${CARRY_PYTHON:-python3} - "$carry/.stage/$name/$last/state.pt" 2> "$carry/.stage/err" <<'PY'
-import os, sys, torch  # AdamW's load_state_dict casts them back to the adapters' fp32
-path = sys.argv[1]
-state = torch.load(path, weights_only=False, map_location="cpu")
-for opt in state["optimizers"].values():
-    for st in (st for k, st in opt["state"].items() if isinstance(k, int)):  # a parameter's (not I6's coherence/ROLE)
-        st.update({k: v.to(torch.bfloat16) for k, v in st.items() if k != "step" and v.dtype == torch.float32})
-torch.save(state, path + ".tmp")
-os.replace(path + ".tmp", path)
-PY
-        then die "could not round the AdamW moments of $run/$last/state.pt: $(tail -n 1 "$carry/.stage/err")"; fi
-        echo "{\"step\": $((10#${last#step_})), \"moments\": \"bf16\"}" >> "$carry/.stage/$name/carried.jsonl"
-        [ -f "$run/carried.jsonl" ] || files+=("$name/carried.jsonl")
-        parent="$carry/.stage"
-    fi
     tar -C "$parent" -cf - "${files[@]}" "$name/$last" | split -b "$PART" -d -a 3 - "$carry/$name.tar."
-    rm -rf "$carry/.stage"
     parts "$carry" "$name"
     sum=$(cat "${PARTS[@]}" | sha256sum | cut -d' ' -f1)
     echo "$sum  $name.tar" > "$carry/$name.sha256"

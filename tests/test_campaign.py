@@ -2,7 +2,6 @@
 runs already recorded, the per-claim plots; run_job with fake train.py / eval.py processes (evaluation while
 training, --until, resuming with --steps); the base-only evaluation against eval.py's on the tiny model."""
 import importlib.util
-import io
 import json
 import os
 import pathlib
@@ -686,68 +685,6 @@ def test_carry_round_trip(tmp_path, carried):
         {k: v for k, v in original.items() if not k.startswith(("step_000020", "step_000060"))}  # the last one only
     assert "already holds checkpoint step_000040: not overwritten" in carry(
         "unpack", "voting-ip-s0", tmp_path / "runs2", tmp_path / "gpu2", env=device, ok=False)
-
-
-def test_carry_bf16_moments_resumes_and_is_recorded(tmp_path):
-    """CARRY_MOMENTS=bf16 (for Eval-Opt cells, whose ~0.85 GB checkpoint takes two leases): pack rounds the AdamW
-    moments of the last checkpoint to bf16 in a copy (the run folder stays as it was) and notes it in carried.jsonl,
-    which travels with the run; train.py --resume continues from it with fp32 moments equal to the rounded ones,
-    and the campaign record lists the carry. Without it nothing is rounded (test_carry_round_trip)."""
-    import torch
-    import train
-    run = tmp_path / "runs" / "evalopt-ip-s0"
-    train.main(["--model", "tiny", "--workflow", "evalopt", "--policy", "ip", "--steps", "2", "--problems", "2",
-                "--group", "2", "--max-new-tokens", "6", "--device", "cpu", "--out", str(run)])
-    state = torch.load(run / "step_000002" / "state.pt", weights_only=False)  # moments with many bits (the tiny
-    gen = torch.Generator().manual_seed(0)                                      # run's reward 0 leaves them 0)
-    for st in (st for opt in state["optimizers"].values() for st in opt["state"].values()):
-        st["exp_avg"], st["exp_avg_sq"] = (torch.rand(st["exp_avg"].shape, generator=gen) * 1e-3 for _ in range(2))
-    torch.save(state, run / "step_000002" / "state.pt")
-    before = (run / "step_000002" / "state.pt").read_bytes()
-    env = {"CARRY_MOMENTS": "bf16", "CARRY_PYTHON": sys.executable, "CARRY_LOGS": str(tmp_path / "logs")}
-    assert "evalopt-ip-s0: " in carry("pack", run, tmp_path / "gpu", env=env)
-    assert (run / "step_000002" / "state.pt").read_bytes() == before and not (run / "carried.jsonl").exists()
-    assert not (tmp_path / "gpu" / ".stage").exists()
-    (tmp_path / "gpu2" / "evalopt-ip-s0").mkdir(parents=True)  # as `in` leaves them
-    for f in os.listdir(tmp_path / "gpu"):
-        shutil.copy(tmp_path / "gpu" / f, tmp_path / "gpu2" / "evalopt-ip-s0" / f)
-    carry("unpack", "evalopt-ip-s0", tmp_path / "runs2", tmp_path / "gpu2", env=env)
-    back = tmp_path / "runs2" / "evalopt-ip-s0"
-    assert [json.loads(line) for line in open(back / "carried.jsonl")] == [{"step": 2, "moments": "bf16"}]
-    old = torch.load(run / "step_000002" / "state.pt", weights_only=False)["optimizers"]
-    new = torch.load(back / "step_000002" / "state.pt", weights_only=False)["optimizers"]
-    assert set(old) == set(new) == {"generator", "evaluator"}
-    for name in old:
-        for k, st in old[name]["state"].items():
-            for key in ("exp_avg", "exp_avg_sq"):
-                assert new[name]["state"][k][key].dtype == torch.bfloat16
-                assert torch.equal(new[name]["state"][k][key], st[key].to(torch.bfloat16))
-                assert not torch.equal(new[name]["state"][k][key].float(), st[key])  # rounded, not exact
-            assert torch.equal(new[name]["state"][k]["step"], st["step"])
-    loaded = {}
-    real_load = train.load_checkpoint
-
-    def spy(args, model, adapters, optimizers, gen):
-        out = real_load(args, model, adapters, optimizers, gen)
-        loaded.update({name: [s for s in o.state.values()] for name, o in optimizers.items()})
-        return out
-    train.load_checkpoint = spy
-    try:
-        train.main(["--out", str(back), "--resume", "--steps", "3"])
-    finally:
-        train.load_checkpoint = real_load
-    assert {st["exp_avg"].dtype for states in loaded.values() for st in states} == {torch.float32}
-    assert json.loads((back / "metrics.jsonl").read_text().splitlines()[-1])["step"] == 3
-    write_jsonl(back / "eval.jsonl", [{"step": s, "settings": {"problems": 2, "n": 1, "data": None, "temperature": 0.7,
-                                                                "seed": 0, "chunk": 256}, "pass@1": 0.5,
-                                       "pass@1_se": 0.1, "right": [1, 0], "diagnostics": {}} for s in (0, 2, 3)])
-    # a second carry of the same run keeps the first line and adds its own
-    carry("pack", back, tmp_path / "gpu3", env=env)
-    with tarfile.open(fileobj=io.BytesIO(b"".join(p.read_bytes() for p in sorted((tmp_path / "gpu3").glob("*.tar.*"))))) as t:
-        lines = t.extractfile("evalopt-ip-s0/carried.jsonl").read().decode().splitlines()
-    assert [json.loads(x) for x in lines] == [{"step": 2, "moments": "bf16"}, {"step": 3, "moments": "bf16"}]
-    assert campaign.build_record(str(back), "evalopt-ip-s0", "tiny", None, 2, 1)["carried"] == \
-        [{"step": 2, "moments": "bf16"}]
 
 
 def test_carry_refuses_missing_or_corrupt_parts(tmp_path, carried):
