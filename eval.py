@@ -251,7 +251,7 @@ def main_run(args):
     """Evaluate step 0 (base) and the checkpoints of args.run with one seed; append to eval.jsonl; table."""
     run, path = args.run, os.path.join(args.run, "eval.jsonl")
     if (config := run_config(run)) is None:  # none, not JSON, or someone else's
-        raise FileNotFoundError(f"{run}: not a run directory (no config.json of train.py)" if os.path.isdir(run)
+        raise FileNotFoundError(f"{run}: not a run directory (no config.json, or not train.py's)" if os.path.isdir(run)
                                 else f"no such run directory: {run}")
     if not (steps := [(int(c[5:]), c) for c in checkpoints(run)]):
         raise ValueError(f"{run} has no checkpoints (step_* folders): nothing to evaluate")

@@ -5,7 +5,8 @@
     built in code (no download) and passed through the real save_pretrained / from_pretrained path;
   - a path to a `.gguf` file (needs the optional `gguf` package; transformers dequantizes it);
   - a local folder or a Hugging Face hub name (`AutoModelForCausalLM`).
-It returns (model, tokenizer) in eval mode with frozen weights: bf16 on CUDA, fp32 on CPU.
+It returns (model, tokenizer) in eval mode with frozen weights: bf16 on CUDA, fp32 on CPU. The tokenizer must have
+a chat template (every prompt is a chat message); one without is refused, as is a weights file cut off.
 
 `chat_ids(tokenizer, text)` renders one user message with the model's chat template and Qwen3's
 thinking disabled (an empty think block prefilled, as the reference does), and `stop_ids` lists
@@ -90,10 +91,9 @@ def _from_pretrained(spec, dtype, **kw):
         model = AutoModelForCausalLM.from_pretrained(spec, dtype=dtype, adapter_kwargs=offline, **kw)
     except SafetensorError as e:
         raise ValueError(f"model {spec}: a weights file is unreadable ({e})") from None
-    # a folder without tokenizer files gets a stock tokenizer, with no chat template (chat_ids needs one)
-    tok = AutoTokenizer.from_pretrained(spec, **kw)
-    if tok.chat_template is None or len(tok) > model.get_input_embeddings().num_embeddings:
-        raise ValueError(f"model {spec}: its tokenizer has no chat template or more tokens than the model has")
+    # every prompt is a chat message (chat_ids); a folder without tokenizer files gets a stock tokenizer without one
+    if (tok := AutoTokenizer.from_pretrained(spec, **kw)).chat_template is None:
+        raise ValueError(f"model {spec}: its tokenizer has no chat template (no tokenizer files? a base model?)")
     return model, tok
 
 

@@ -531,7 +531,7 @@ def load_checkpoint(args, model, adapters, optimizers, gen):
     folder = os.path.join(args.out, checkpoints(args.out)[-1])
     try:
         state = torch.load(os.path.join(folder, "state.pt"), weights_only=False, map_location="cpu")
-        for name in adapters:  # the optimizers' names (load)
+        for name in adapters:  # each adapter and its optimizer (load made one per adapter)
             lora.load_adapter(model, name, os.path.join(folder, f"{name}.safetensors"))
             optimizers[name].load_state_dict(state["optimizers"][name])
         saved = [state["rng"], *state.get("rng_ranks", [])]

@@ -370,8 +370,8 @@ def test_a_foreign_run_or_model_folder_is_one_line(tmp_path, capsys):
             f.unlink()
     models.build_tiny(cut := tmp_path / "cut")
     (cut / "model.safetensors").write_bytes((cut / "model.safetensors").read_bytes()[:-100])
-    for argv, message in ((["--run", str(hf)], f"{hf}: not a run directory (no config.json of train.py)"),
-                          (["--run", str(bad)], f"{bad}: not a run directory (no config.json of train.py)"),
+    for argv, message in ((["--run", str(hf)], f"{hf}: not a run directory (no config.json, or not train.py's)"),
+                          (["--run", str(bad)], f"{bad}: not a run directory (no config.json, or not train.py's)"),
                           (["--model", str(no_tok)], f"model {no_tok}: its tokenizer has no chat template"),
                           (["--model", str(cut)], f"model {cut}: a weights file is unreadable")):
         with pytest.raises(SystemExit) as e:
